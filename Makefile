@@ -1,0 +1,36 @@
+# prewarm — two commands on a fresh machine:
+#   make demo   set everything up and run `prewarm demo` on embedded defaults
+#   make test   set everything up, start the local stack, run the whole test suite, stop the stack
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: help env demo test stack-up stack-down stack-status lint
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+env: ## create or update .venv from uv.lock (fast when already up to date)
+	@bash deploy/bootstrap.sh
+
+demo: env ## run `prewarm demo` on embedded defaults (no services needed)
+	@$(VENV)/bin/prewarm demo
+
+test: env ## start the local stack, run every test, stop the stack again if this run started it
+	@bash deploy/local/with-stack.sh $(PY) -m pytest $(PYTEST_ARGS)
+
+stack-up: env ## start Kafka, the S3 server, PostgreSQL and MLflow on 127.0.0.1; writes .stack/env
+	@bash deploy/local/stack.sh up
+
+stack-down: ## stop the processes the stack started (pid files under .stack/)
+	@bash deploy/local/stack.sh down
+
+stack-status: ## show each service of the local stack
+	@bash deploy/local/stack.sh status
+
+lint: env ## ruff (lint and format check) and mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy

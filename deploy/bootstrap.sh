@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Create or update .venv from uv.lock. Idempotent: when .venv already matches the lock this takes well
+# under a second, and uv's cache (~/.cache/uv) means a fresh clone links torch instead of downloading it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+UV_VERSION=0.13.8
+
+uv_bin=""
+for candidate in "$(command -v uv 2>/dev/null || true)" "$HOME/.local/bin/uv"; do
+  if [[ -n "$candidate" && -x "$candidate" ]] && [[ "$("$candidate" --version 2>/dev/null)" == "uv $UV_VERSION"* ]]; then
+    uv_bin=$candidate
+    break
+  fi
+done
+if [[ -z "$uv_bin" ]]; then
+  echo "bootstrap: installing uv $UV_VERSION" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --user "uv==$UV_VERSION" 2>/dev/null \
+    || python3 -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+  uv_bin=$(python3 -c 'import shutil,site,os; p=os.path.join(site.getuserbase(),"bin","uv"); print(p if os.path.exists(p) else shutil.which("uv") or "")')
+fi
+[[ -x "$uv_bin" ]] || { echo "bootstrap: uv $UV_VERSION could not be installed" >&2; exit 1; }
+
+# --frozen: install exactly what uv.lock says; never re-resolve on a CI machine.
+"$uv_bin" sync --frozen --all-extras --quiet

@@ -1,0 +1,128 @@
+"""Catalog files: ``models: [{id, version, uri, size_bytes, sha256?, priority?}]`` in YAML.
+
+``Catalog.load`` collects every problem before failing, one line per problem naming the entry and the
+field, so an operator fixes a bad catalog in one pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from models._spec import ModelSpec
+from prewarm import ConfigError, UnknownModel
+
+__all__ = ["CATALOG_VERSION", "Catalog", "CatalogProblem"]
+
+CATALOG_VERSION = 1
+
+
+class CatalogProblem(ConfigError):
+    """A catalog failed validation; ``problems`` holds one line per problem."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        super().__init__(f"{source}: {len(problems)} problem(s)\n" + "\n".join(problems), setting="catalog")
+        self.problems = problems
+
+
+class Catalog:
+    """An immutable, validated set of model specs, looked up by id."""
+
+    def __init__(self, specs: Iterable[ModelSpec]) -> None:
+        self._specs: dict[str, ModelSpec] = {}
+        for spec in specs:
+            if spec.id in self._specs:
+                raise CatalogProblem("catalog", [f"models[{spec.id}].id: duplicate id {spec.id!r}"])
+            self._specs[spec.id] = spec
+
+    # -- reading
+
+    @classmethod
+    def from_data(cls, data: Any, source: str = "catalog") -> Catalog:
+        if not isinstance(data, dict) or not isinstance(data.get("models"), list):
+            raise CatalogProblem(source, ["catalog: must be a mapping with a 'models' list"])
+        version = data.get("version", CATALOG_VERSION)
+        if version != CATALOG_VERSION:
+            raise CatalogProblem(source, [f"catalog.version: {version!r} is not supported (expected 1)"])
+        problems: list[str] = []
+        specs: list[ModelSpec] = []
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(data["models"]):
+            name = entry.get("id") if isinstance(entry, dict) else None
+            label = f"models[{index}]" + (f" ({name})" if isinstance(name, str) else "")
+            if not isinstance(entry, dict):
+                problems.append(f"{label}: entry must be a mapping")
+                continue
+            try:
+                spec = ModelSpec.model_validate(entry)
+            except ValidationError as exc:
+                for err in exc.errors():
+                    field = ".".join(str(p) for p in err["loc"]) or "entry"
+                    problems.append(f"{label}.{field}: {err['msg']}")
+                continue
+            if spec.id in seen:
+                problems.append(f"{label}.id: duplicate id {spec.id!r} (first at models[{seen[spec.id]}])")
+                continue
+            seen[spec.id] = index
+            specs.append(spec)
+        if problems:
+            raise CatalogProblem(source, problems)
+        return cls(specs)
+
+    @classmethod
+    def load(cls, path: Path) -> Catalog:
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read catalog {path}: {exc.strerror}", setting="catalog") from exc
+        except yaml.YAMLError as exc:
+            raise CatalogProblem(str(path), [f"catalog: not valid YAML: {exc}"]) from exc
+        return cls.from_data(data, source=str(path))
+
+    # -- writing
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "version": CATALOG_VERSION,
+            "models": [s.model_dump(mode="json", exclude_none=True) for s in self._specs.values()],
+        }
+
+    def save(self, path: Path) -> None:
+        """Write atomically (temp file, then rename) so a reader never sees half a catalog."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(yaml.safe_dump(self.to_data(), sort_keys=False))
+        tmp.replace(path)
+
+    def with_spec(self, spec: ModelSpec) -> Catalog:
+        """A new catalog with ``spec`` added, or replacing the entry with the same id."""
+        specs = dict(self._specs)
+        specs[spec.id] = spec
+        return Catalog(specs.values())
+
+    # -- lookup
+
+    def __getitem__(self, model_id: str) -> ModelSpec:
+        try:
+            return self._specs[model_id]
+        except KeyError:
+            raise UnknownModel(model_id) from None
+
+    def get(self, model_id: str) -> ModelSpec | None:
+        return self._specs.get(model_id)
+
+    def __contains__(self, model_id: object) -> bool:
+        return model_id in self._specs
+
+    def __iter__(self) -> Iterator[ModelSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def ids(self) -> list[str]:
+        return list(self._specs)

@@ -1,0 +1,116 @@
+"""prewarm: predictive model prefetch for multi-model inference platforms.
+
+The spine every other package builds on: settings, wire schemas, the exception tree, model ids, units,
+logging and metrics. It imports none of the other packages.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from prewarm._exceptions import (
+    BrokerError,
+    CapacityError,
+    ConfigError,
+    ForecastError,
+    IntegrityError,
+    InvalidEvent,
+    InvalidHint,
+    InvalidInput,
+    InvalidWeights,
+    ObjectStoreError,
+    PrewarmError,
+    ServiceError,
+    StorageError,
+    TrackingError,
+    UnknownModel,
+)
+from prewarm._ids import MAX_MODEL_ID_LENGTH, ModelId, validate_model_id
+from prewarm._logging import configure_logging, get_logger
+from prewarm._schemas import (
+    EVENT_MAX_BYTES,
+    ExecutorState,
+    Hint,
+    Order,
+    OrderAction,
+    OrderOutcome,
+    OrderReason,
+    OrderStatus,
+    RequestEvent,
+    ResidentModel,
+    Tier,
+    TierState,
+    parse_request_event,
+)
+from prewarm._settings import (
+    CoreSettings,
+    ExecutorSettings,
+    ForecastSettings,
+    IngestSettings,
+    KafkaSettings,
+    S3Settings,
+    SchedulerSettings,
+    Settings,
+    StoreSettings,
+    load_settings,
+    parse_overrides,
+)
+from prewarm._units import ByteRate, Bytes, format_bytes, parse_byte_rate, parse_bytes
+
+try:
+    __version__ = version("prewarm")
+except PackageNotFoundError:  # running from a source tree without an install
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "EVENT_MAX_BYTES",
+    "MAX_MODEL_ID_LENGTH",
+    "BrokerError",
+    "ByteRate",
+    "Bytes",
+    "CapacityError",
+    "ConfigError",
+    "CoreSettings",
+    "ExecutorSettings",
+    "ExecutorState",
+    "ForecastError",
+    "ForecastSettings",
+    "Hint",
+    "IngestSettings",
+    "IntegrityError",
+    "InvalidEvent",
+    "InvalidHint",
+    "InvalidInput",
+    "InvalidWeights",
+    "KafkaSettings",
+    "ModelId",
+    "ObjectStoreError",
+    "Order",
+    "OrderAction",
+    "OrderOutcome",
+    "OrderReason",
+    "OrderStatus",
+    "PrewarmError",
+    "RequestEvent",
+    "ResidentModel",
+    "S3Settings",
+    "SchedulerSettings",
+    "ServiceError",
+    "Settings",
+    "StorageError",
+    "StoreSettings",
+    "Tier",
+    "TierState",
+    "TrackingError",
+    "UnknownModel",
+    "__version__",
+    "configure_logging",
+    "format_bytes",
+    "get_logger",
+    "load_settings",
+    "parse_byte_rate",
+    "parse_bytes",
+    "parse_overrides",
+    "parse_request_event",
+    "validate_model_id",
+]

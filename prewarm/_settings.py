@@ -1,0 +1,274 @@
+"""Typed settings, read once at start-up.
+
+Each component has its own section, a pydantic-settings class with the env prefix ``PREWARM_`` and flat,
+globally unique field names (``PREWARM_KAFKA_BOOTSTRAP``, ``PREWARM_TOPIC_REQUESTS`` …). Sources, lowest
+to highest priority: defaults, the optional YAML config file (``--config`` or ``PREWARM_CONFIG``; flat
+keys, or one mapping per section), environment variables, CLI overrides (``--set key=value``).
+Unknown keys in any source are a ``ConfigError`` naming the key; nothing is read from the environment
+after ``load_settings`` returns.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+import yaml
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from prewarm._exceptions import ConfigError
+from prewarm._units import Bytes
+
+__all__ = [
+    "CoreSettings",
+    "ExecutorSettings",
+    "ForecastSettings",
+    "IngestSettings",
+    "KafkaSettings",
+    "S3Settings",
+    "SchedulerSettings",
+    "Settings",
+    "StoreSettings",
+    "load_settings",
+    "parse_overrides",
+]
+
+ENV_PREFIX = "PREWARM_"
+# Read by load_settings itself, not a field of any section.
+_META_KEYS = {"config"}
+
+
+class _Section(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+    section: ClassVar[str]
+
+
+class CoreSettings(_Section):
+    section = "core"
+    catalog: Path | None = Field(default=None, description="catalog YAML; the demo synthesizes one if unset")
+    data_dir: Path = Field(
+        default=Path(".prewarm"), description="embedded-mode state: SQLite, caches, mlruns"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
+
+
+class KafkaSettings(_Section):
+    section = "kafka"
+    kafka_bootstrap: str = Field(default="127.0.0.1:9092", description="host:port[,host:port]")
+    topic_requests: str = "prewarm.requests"
+    topic_dlq: str = "prewarm.requests.dlq"
+    topic_orders: str = "prewarm.orders"
+    topic_executor_state: str = "prewarm.executor-state"
+    kafka_client_id: str = "prewarm"
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap(cls, value: str) -> str:
+        for server in value.split(","):
+            if not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}", server.strip()):
+                raise ValueError(f"{server!r} is not host:port")
+        return value
+
+
+class StoreSettings(_Section):
+    section = "store"
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; unset means SQLite under data_dir (WAL mode)"
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z][a-z0-9+]*://.*", value):
+            raise ValueError(f"not a SQLAlchemy URL (dialect[+driver]://...): {value!r}")
+        return value
+
+
+class S3Settings(_Section):
+    section = "s3"
+    s3_endpoint: AnyHttpUrl | None = Field(default=None, description="S3-compatible endpoint; unset = AWS")
+    s3_region: str = "us-east-1"
+    s3_part_bytes: Bytes = Field(default=32 * 2**20, description="ranged-GET part size")
+    s3_concurrency: int = Field(default=8, ge=1, le=128, description="parallel ranged GETs per object")
+    s3_max_attempts: int = Field(default=5, ge=1, le=20, description="attempts per part on transient errors")
+
+
+class ExecutorSettings(_Section):
+    section = "executor"
+    node_name: str = Field(default="node-0", min_length=1, max_length=128)
+    cache_dir: Path | None = Field(default=None, description="L2 directory; unset = data_dir/cache")
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$")
+    l2_budget_bytes: Bytes = 50 * 10**9
+    l1_budget_bytes: Bytes = 8 * 10**9
+    l0_budget: float = Field(
+        default=0.5, gt=0, description="bytes if > 1, else a fraction of free device memory"
+    )
+    l0_reserve_bytes: Bytes = Field(default=2 * 10**9, description="left free for the inference engine")
+    read_threads: int = Field(default=4, ge=1, le=64)
+    chunk_bytes: Bytes = Field(default=32 * 2**20)
+    prefetch_ttl_s: float = Field(default=600.0, gt=0, description="unused prefetched L1/L0 entries expire")
+    executor_api_host: str = "127.0.0.1"
+    executor_api_port: int = Field(default=8081, ge=0, le=65535)
+
+
+class IngestSettings(_Section):
+    section = "ingest"
+    consumer_group: str = "prewarm-ingest"
+    lateness_s: float = Field(default=600.0, ge=0, description="late events older than this are dropped")
+    future_tolerance_s: float = Field(default=300.0, ge=0, description="events further ahead are dead")
+    batch_max_events: int = Field(default=20_000, ge=1)
+    batch_max_s: float = Field(default=1.0, gt=0)
+
+
+class ForecastSettings(_Section):
+    section = "forecast"
+    bucket_s: int = Field(default=60, ge=1)
+    horizon_s: int = Field(default=7200, ge=60)
+    lead_minutes: int = Field(default=5, ge=0)
+    window_minutes: int = Field(default=10, ge=1)
+    history_days: int = Field(default=28, ge=1)
+    retrain_cron: str = Field(default="0 3 * * *", description="crontab: minute hour day month weekday")
+    mlflow_experiment: str = "prewarm-forecaster"
+    registered_model: str = "prewarm-forecaster"
+
+
+class SchedulerSettings(_Section):
+    section = "scheduler"
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8080, ge=0, le=65535)
+    hint_tokens: str = Field(default="", repr=False, description="'source:token,...' or @/path/to/file")
+    publishable_tokens: str = Field(
+        default="", repr=False, description="'source:token[:model|model...],...' usable from browsers"
+    )
+    cors_origins: str = Field(default="", description="comma-separated allowed origins")
+    hint_rate_per_s: float = Field(default=50.0, gt=0)
+    hint_burst: int = Field(default=100, ge=1)
+    max_body_bytes: int = Field(default=16 * 1024, ge=256)
+    plan_interval_s: float = Field(default=30.0, gt=0)
+    misprediction_window_s: float = Field(default=600.0, gt=0)
+    cluster: Path | None = Field(default=None, description="cluster YAML; unset = one node from executor")
+
+
+_SECTIONS: tuple[type[_Section], ...] = (
+    CoreSettings,
+    KafkaSettings,
+    StoreSettings,
+    S3Settings,
+    ExecutorSettings,
+    IngestSettings,
+    ForecastSettings,
+    SchedulerSettings,
+)
+_FIELD_OWNER: dict[str, type[_Section]] = {
+    name: section for section in _SECTIONS for name in section.model_fields
+}
+
+
+class Settings(BaseModel):
+    """All sections, built once by ``load_settings``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    core: CoreSettings
+    kafka: KafkaSettings
+    store: StoreSettings
+    s3: S3Settings
+    executor: ExecutorSettings
+    ingest: IngestSettings
+    forecast: ForecastSettings
+    scheduler: SchedulerSettings
+
+    @property
+    def database_url(self) -> str:
+        """The demand store URL, defaulting to SQLite under the data directory."""
+        if self.store.database_url:
+            return self.store.database_url
+        return f"sqlite:///{self.core.data_dir / 'prewarm.db'}"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.executor.cache_dir or self.core.data_dir / "cache"
+
+
+_S = TypeVar("_S", bound=_Section)
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}", setting="config") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}", setting="config") from exc
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {path} must be a mapping", setting="config")
+    flat: dict[str, Any] = {}
+    section_names = {s.section for s in _SECTIONS}
+    for key, value in loaded.items():
+        if key in section_names and isinstance(value, dict):
+            flat.update({str(k): v for k, v in value.items()})
+        else:
+            flat[str(key)] = value
+    return flat
+
+
+def _build(section: type[_S], file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -> _S:
+    # Environment beats the file, CLI overrides beat the environment: read the environment alone
+    # first to learn which fields it set, then layer the three.
+    try:
+        from_env = section()
+        env_set = {name: getattr(from_env, name) for name in from_env.model_fields_set}
+        merged = {**file_values, **env_set, **overrides}
+        return section.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else section.section
+        name = f"{ENV_PREFIX}{field.upper()}"
+        raise ConfigError(f"invalid setting {name}: {err['msg']}", setting=name) from exc
+
+
+def load_settings(
+    config_file: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build every section from defaults, the config file, the environment and CLI overrides."""
+    env = os.environ
+    for key in env:
+        if key.startswith(ENV_PREFIX):
+            name = key[len(ENV_PREFIX) :].lower()
+            if name not in _FIELD_OWNER and name not in _META_KEYS:
+                raise ConfigError(f"unknown setting {key}", setting=key)
+    if config_file is None and env.get(f"{ENV_PREFIX}CONFIG"):
+        config_file = Path(env[f"{ENV_PREFIX}CONFIG"])
+    file_values = _read_config_file(config_file) if config_file else {}
+    overrides = dict(overrides or {})
+    for source, values in (("config file", file_values), ("override", overrides)):
+        for key in values:
+            if key not in _FIELD_OWNER:
+                raise ConfigError(f"unknown setting {key!r} in {source}", setting=key)
+
+    def pick(values: Mapping[str, Any], section: type[_Section]) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if _FIELD_OWNER[k] is section}
+
+    built = {
+        section.section: _build(section, pick(file_values, section), pick(overrides, section))
+        for section in _SECTIONS
+    }
+    return Settings.model_validate(built)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    """``["kafka_bootstrap=host:9092"]`` → ``{"kafka_bootstrap": "host:9092"}``."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().lower().removeprefix(ENV_PREFIX.lower())
+        if not sep or not key:
+            raise ConfigError(f"override {pair!r} must be KEY=VALUE", setting=pair)
+        out[key] = value
+    return out

@@ -1,0 +1,62 @@
+"""The ``prewarm`` command line. Sub-commands import their packages lazily, so ``prewarm --help`` is fast
+and a GPU node never imports the control plane."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from prewarm._logging import configure_logging
+from prewarm._settings import load_settings, parse_overrides
+from prewarm.cli import _demo, _models
+from prewarm.cli._common import app_group, bench_app
+
+__all__ = ["app", "main"]
+
+app = app_group("prewarm: forecast model demand and prefetch weights before requests arrive.")
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    config: Path | None = typer.Option(
+        None, "--config", "-c", help="YAML settings file (also PREWARM_CONFIG).", dir_okay=False
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--set", "-s", help="Override a setting: --set kafka_bootstrap=host:9092 (repeatable)."
+    ),
+) -> None:
+    """Settings come from defaults < config file < PREWARM_* environment < --set."""
+    settings = load_settings(config, parse_overrides(overrides))
+    configure_logging(settings.core.log_level, settings.core.log_format)
+    ctx.obj = settings
+
+
+@app.command()
+def version() -> None:
+    """Print the prewarm version."""
+    from prewarm import __version__
+
+    typer.echo(__version__)
+
+
+@app.command("settings")
+def show_settings(ctx: typer.Context) -> None:
+    """Print the effective settings as JSON (secrets masked)."""
+    from prewarm.cli._common import settings_of, write_json
+
+    data = settings_of(ctx).model_dump(mode="json")
+    for secret in ("hint_tokens", "publishable_tokens"):
+        if data["scheduler"].get(secret):
+            data["scheduler"][secret] = "***"
+    write_json(data, None)
+
+
+app.add_typer(_models.app, name="models")
+app.add_typer(bench_app, name="bench")
+app.command("demo")(_demo.demo)
+
+
+def main() -> None:
+    app()

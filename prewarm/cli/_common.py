@@ -1,0 +1,74 @@
+"""What every CLI module shares: the settings of this invocation, error translation, sub-app registry."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from typer.core import TyperGroup
+
+from prewarm._exceptions import (
+    ConfigError,
+    InvalidInput,
+    PrewarmError,
+    UnknownModel,
+)
+from prewarm._settings import Settings
+
+__all__ = ["app_group", "bench_app", "fail", "settings_of", "write_json"]
+
+# Errors the user can fix by changing what they passed: exit status 2, like a usage error.
+_USAGE_ERRORS = (ConfigError, InvalidInput, UnknownModel)
+
+
+class _PrewarmGroup(TyperGroup):
+    """Turns a ``PrewarmError`` from any command into one line on stderr and an exit status."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer vendors click; its Context type is private
+        try:
+            return super().invoke(ctx)
+        except PrewarmError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2 if isinstance(exc, _USAGE_ERRORS) else 1) from exc
+
+
+def app_group(help: str) -> typer.Typer:
+    """A sub-app with prewarm's error handling and ``--help`` on every command."""
+    return typer.Typer(
+        help=help,
+        cls=_PrewarmGroup,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
+
+
+# Each package's CLI module registers its benchmark here (``prewarm bench load``, ``bench ingest`` ...).
+bench_app = app_group("Benchmarks that measure a ratio against a baseline in the same run.")
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    """The settings built once by the top-level callback."""
+    root = ctx.find_root()
+    settings = root.obj
+    if not isinstance(settings, Settings):
+        raise RuntimeError("settings were not loaded by the root callback")
+    return settings
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def write_json(payload: Any, out: Path | None) -> None:
+    """Write ``payload`` to ``out`` (``-`` or unset: stdout)."""
+    text = json.dumps(payload, indent=2, sort_keys=False, default=str)
+    if out is None or str(out) == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
