@@ -1,0 +1,50 @@
+"""What the forecaster hands the scheduler: per model, expected requests and P(at least one) per bucket."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["ModelForecast"]
+
+
+@dataclass(frozen=True)
+class ModelForecast:
+    """A forecast for one model over ``len(expected)`` buckets starting at ``start`` (epoch seconds).
+
+    ``p_any[i]`` is the calibrated probability of at least one request in bucket ``i``; ``expected[i]``
+    the expected count. ``family`` names the model family that produced it (``seasonal_naive``,
+    ``poisson_gbm``, ``fallback_rate`` ...).
+    """
+
+    model: str
+    start: float
+    bucket_s: int
+    expected: npt.NDArray[np.float64]
+    p_any: npt.NDArray[np.float64]
+    family: str
+
+    def __post_init__(self) -> None:
+        if self.expected.shape != self.p_any.shape or self.expected.ndim != 1:
+            raise ValueError("expected and p_any must be 1-d arrays of the same length")
+
+    @property
+    def end(self) -> float:
+        return self.start + self.bucket_s * len(self.expected)
+
+    def _slice(self, t0: float, t1: float) -> slice:
+        i0 = max(0, math.floor((t0 - self.start) / self.bucket_s))
+        i1 = min(len(self.expected), math.ceil((t1 - self.start) / self.bucket_s))
+        return slice(i0, max(i0, i1))
+
+    def p_window(self, t0: float, t1: float) -> float:
+        """P(at least one request in [t0, t1)), treating buckets as independent."""
+        p = self.p_any[self._slice(t0, t1)]
+        return float(1.0 - np.prod(1.0 - np.clip(p, 0.0, 1.0))) if p.size else 0.0
+
+    def expected_in(self, t0: float, t1: float) -> float:
+        """Expected requests in [t0, t1)."""
+        return float(self.expected[self._slice(t0, t1)].sum())
