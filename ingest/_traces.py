@@ -1,0 +1,170 @@
+"""Trace files → request events: the ``timestamp,model`` CSV and the Azure Functions 2019 per-minute layout.
+
+Both readers return the same frame, ``timestamp`` (float epoch seconds) and ``model`` (a valid model
+id), sorted by time, so that replay, the simulator and the forecaster backtest never care where a trace
+came from. A malformed row is an ``InvalidInput`` naming its line and column: a trace is a file a person
+passed on the command line, and silently skipping rows would make every figure computed from it wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from prewarm._exceptions import InvalidInput
+from prewarm._ids import validate_model_id
+
+__all__ = ["AZURE2019_DEFAULT_START", "azure2019_minute_counts", "azure_model_id", "read_trace"]
+
+# Minute 1 of the Azure 2019 day files carries no date; a fixed Monday keeps replays reproducible and
+# puts weekday-dependent patterns on a known weekday.
+AZURE2019_DEFAULT_START = 1563148800.0  # 2019-07-15T00:00:00Z, a Monday
+_AZURE_MINUTES = 1440
+_AZURE_KEYS = ("HashOwner", "HashApp", "HashFunction", "Trigger")
+_HEX = re.compile(r"[0-9a-fA-F]{16,}")
+
+TraceFormat = Literal["requests", "azure2019"]
+
+
+def azure_model_id(hash_function: str) -> str:
+    """The prewarm model id of an Azure function: ``fn-`` and the first 16 hex digits of its hash."""
+    return f"fn-{hash_function[:16].lower()}"
+
+
+def read_trace(
+    path: str | Path, fmt: TraceFormat = "requests", *, start: float | None = None
+) -> pd.DataFrame:
+    """Read a trace file into a frame of ``timestamp`` (float epoch s) and ``model`` (str), sorted by time.
+
+    ``fmt="requests"``: a CSV with header ``timestamp,model`` (timestamp epoch seconds or ISO-8601; other
+    columns ignored); ``start`` is ignored. ``fmt="azure2019"``: the per-minute count layout; each
+    minute's ``n`` invocations are spread evenly over that minute (at ``(i + 0.5) * 60 / n`` seconds) so
+    that re-bucketing per minute gives back exactly the file's counts; ``start`` is the epoch of minute 1
+    (default ``AZURE2019_DEFAULT_START``).
+    """
+    path = Path(path)
+    if fmt == "requests":
+        frame = _read_requests(path)
+    elif fmt == "azure2019":
+        frame = _azure_events(azure2019_minute_counts(path, start=start))
+    else:
+        raise InvalidInput(
+            f"unknown trace format {fmt!r}; expected 'requests' or 'azure2019'", reason="format"
+        )
+    order = np.argsort(frame["timestamp"].to_numpy(), kind="stable")
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def azure2019_minute_counts(path: str | Path, *, start: float | None = None) -> pd.DataFrame:
+    """Per-minute counts of an Azure 2019 invocations file: index epoch s of each minute, column per model.
+
+    Rows whose ``HashFunction`` maps to the same model id are summed. Tests compare the demand store's
+    counts against this frame.
+    """
+    path = Path(path)
+    origin = AZURE2019_DEFAULT_START if start is None else float(start)
+    raw = _read_csv(path, dtype=str)
+    missing = [key for key in _AZURE_KEYS if key not in raw.columns]
+    if missing:
+        raise InvalidInput(
+            f"{path}: not an Azure 2019 invocations file, missing column(s) {missing}", reason="header"
+        )
+    minute_cols = [c for c in raw.columns if c.strip().isdigit()]
+    minutes = sorted(int(c) for c in minute_cols)
+    if not minutes or minutes[0] < 1 or minutes[-1] > _AZURE_MINUTES:
+        raise InvalidInput(f"{path}: minute columns must be within 1..{_AZURE_MINUTES}", reason="header")
+    ids: list[str] = []
+    for row, value in enumerate(raw["HashFunction"].tolist()):
+        if not isinstance(value, str) or not _HEX.fullmatch(value.strip()):
+            raise InvalidInput(
+                f"{path}: line {row + 2}, column HashFunction: expected a hex hash, got {value!r}",
+                reason="row",
+            )
+        ids.append(azure_model_id(value.strip()))
+    counts = np.zeros((len(raw), _AZURE_MINUTES), dtype=np.int64)
+    for col in minute_cols:
+        # Empty cells mean "no invocations" in the published files; anything else must be a count.
+        text = raw[col].fillna("0").str.strip().replace("", "0")
+        values = pd.to_numeric(text, errors="coerce")
+        bad = values.isna() | (values < 0) | (values != np.floor(values.fillna(0)))
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InvalidInput(
+                f"{path}: line {row + 2}, column {col}: expected a non-negative integer count, "
+                f"got {raw[col].iloc[row]!r}",
+                reason="row",
+            )
+        counts[:, int(col) - 1] = values.to_numpy(dtype=np.int64)
+    index = (origin + 60.0 * np.arange(_AZURE_MINUTES)).astype(np.int64)
+    frame = pd.DataFrame(counts.T, index=index, columns=ids)
+    frame = frame.T.groupby(level=0, sort=True).sum().T
+    frame.index.name = "timestamp"
+    return frame
+
+
+def _azure_events(counts: pd.DataFrame) -> pd.DataFrame:
+    """Spread each minute's count evenly over the minute, deterministically."""
+    matrix = counts.to_numpy(dtype=np.int64)  # minutes × models
+    minute_idx, model_idx = np.nonzero(matrix)
+    n = matrix[minute_idx, model_idx]
+    total = int(n.sum())
+    rep_minute = np.repeat(minute_idx, n)
+    rep_model = np.repeat(model_idx, n)
+    rep_n = np.repeat(n, n)
+    # Position of each event within its (minute, model) cell: 0..n-1.
+    first = np.repeat(np.cumsum(n) - n, n)
+    within = np.arange(total) - first
+    base = counts.index.to_numpy(dtype=np.float64)[rep_minute]
+    timestamps = base + (within + 0.5) * 60.0 / rep_n
+    models = np.asarray(counts.columns, dtype=object)[rep_model]
+    return pd.DataFrame({"timestamp": timestamps.astype(np.float64), "model": models.astype(str)})
+
+
+def _read_csv(path: Path, **kwargs: object) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, skipinitialspace=True, keep_default_na=False, na_values=[""], **kwargs)
+    except FileNotFoundError as exc:
+        raise InvalidInput(f"{path}: no such trace file", reason="missing") from exc
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{path}: not a readable CSV trace: {exc}", reason="csv") from exc
+
+
+def _read_requests(path: Path) -> pd.DataFrame:
+    raw = _read_csv(path, dtype=str)
+    raw.columns = [str(c).strip() for c in raw.columns]
+    missing = [c for c in ("timestamp", "model") if c not in raw.columns]
+    if missing:
+        raise InvalidInput(
+            f"{path}: header must contain 'timestamp,model', missing {missing} (found {list(raw.columns)})",
+            reason="header",
+        )
+    stamps = raw["timestamp"].fillna("").astype(str).str.strip()
+    numeric = pd.to_numeric(stamps, errors="coerce").to_numpy(dtype=np.float64, copy=True)
+    needs_iso = np.isnan(numeric) & (stamps != "").to_numpy()
+    if needs_iso.any():
+        parsed = pd.to_datetime(stamps[needs_iso], utc=True, errors="coerce", format="ISO8601")
+        ok = parsed.notna().to_numpy()
+        epoch = np.full(len(parsed), np.nan)
+        epoch[ok] = (parsed[ok] - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=np.float64)
+        numeric[needs_iso] = epoch
+    bad = ~np.isfinite(numeric)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InvalidInput(
+            f"{path}: line {row + 2}, column timestamp: expected epoch seconds or ISO-8601, "
+            f"got {raw['timestamp'].iloc[row]!r}",
+            reason="row",
+        )
+    models = raw["model"].fillna("").astype(str).str.strip()
+    # Validate each distinct id once; traces repeat a handful of ids millions of times.
+    for model in pd.unique(models.to_numpy()):
+        try:
+            validate_model_id(model)
+        except ValueError as exc:
+            row = int(np.flatnonzero((models == model).to_numpy())[0])
+            raise InvalidInput(f"{path}: line {row + 2}, column model: {exc}", reason="row") from exc
+    return pd.DataFrame({"timestamp": numeric, "model": models.to_numpy(dtype=object).astype(str)})
