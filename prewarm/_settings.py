@@ -99,6 +99,8 @@ class S3Settings(_Section):
 
 
 class ExecutorSettings(_Section):
+    s3_connect_timeout_s: float = Field(default=5.0, gt=0, description="TCP connect timeout per request")
+    s3_read_timeout_s: float = Field(default=60.0, gt=0, description="socket read timeout per request")
     section = "executor"
     node_name: str = Field(default="node-0", min_length=1, max_length=128)
     cache_dir: Path | None = Field(default=None, description="L2 directory; unset = data_dir/cache")
@@ -114,6 +116,9 @@ class ExecutorSettings(_Section):
     prefetch_ttl_s: float = Field(default=600.0, gt=0, description="unused prefetched L1/L0 entries expire")
     executor_api_host: str = "127.0.0.1"
     executor_api_port: int = Field(default=8081, ge=0, le=65535)
+    l2_direct_io: bool = Field(
+        default=True, description="read L2 with O_DIRECT where the filesystem allows (bypasses page cache)"
+    )
 
 
 class IngestSettings(_Section):

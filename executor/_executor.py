@@ -1,0 +1,615 @@
+"""The ``Executor``: what a GPU node runs, and the API the order consumer and inference servers call.
+
+It owns the three local tiers and moves a model towards the GPU along the cheapest path it has:
+
+    L0 hit ─ L1 → L0 ─ L2 → L1 → L0 (overlapped) ─ L3 → L1 + L2 (one pass) → L0
+
+Concurrency: every method is thread-safe. Loads of one model are coalesced (a per-model lock: the second
+caller finds the first caller's copy); loads of different models run in parallel, bounded by the tier
+budgets, which are reserved before any byte moves. A caller with ``demand=True`` pre-empts prefetch
+transfers on the links it uses, and upgrades a prefetch of the same model already under way.
+
+Staleness: L1 and L0 entries are keyed by ``(model, version, sha256)`` and looked up with the key of
+the catalog now in force, so after ``update_catalog`` an old copy is unreachable (and evicted as
+``stale`` as soon as nothing pins it). L2 is addressed by sha256 alone: bytes with a digest are never
+stale, only unused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from executor import _metrics
+from executor._l0 import DeviceModel, L0Cache, l0_capacity, resolve_device
+from executor._l1 import HostBlock, L1Cache, ModelKey
+from executor._l2 import L2Cache, L2Object, L2Reader
+from executor._l3 import ObjectStore, open_store
+from executor._pipeline import DeviceCopier, fetch_l3, host_view, probe_l3, read_header_l2, read_l2
+from executor._priority import LinkGate, Transfer
+from executor._safetensors import Layout, tensor_views
+from executor._tier import Entry, TierCache
+from models import Catalog, ModelSpec
+from prewarm import (
+    CapacityError,
+    ConfigError,
+    ExecutorSettings,
+    ExecutorState,
+    IntegrityError,
+    InvalidInput,
+    Order,
+    OrderAction,
+    OrderOutcome,
+    OrderStatus,
+    PrewarmError,
+    ResidentModel,
+    S3Settings,
+    Settings,
+    Tier,
+    TierState,
+    get_logger,
+)
+
+__all__ = ["Executor", "LoadResult"]
+
+log = get_logger(__name__)
+_LOCAL_TIERS = (Tier.L0, Tier.L1, Tier.L2)
+_ORDER_MEMORY = 10_000  # order ids remembered for idempotency
+_RECENT_OUTCOMES = 50
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What ``ensure`` did. ``served_from`` is where the bytes came from (the tier itself on a hit).
+
+    ``verified`` is always true for a result that is returned: bytes reach L1/L0 only through a sha256
+    check (from L3) or per-chunk digest checks (from L2), and a failed check raises or re-fetches.
+    """
+
+    model: str
+    version: str
+    sha256: str
+    tier: Tier
+    served_from: Tier
+    bytes: int
+    seconds_per_hop: Mapping[str, float] = field(default_factory=dict)
+    verified: bool = True
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.seconds_per_hop.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "version": self.version,
+            "served_from": self.served_from.value,
+            "tier": self.tier.value,
+            "bytes": self.bytes,
+            "seconds_per_hop": {k: round(v, 6) for k, v in self.seconds_per_hop.items()},
+            "verified": self.verified,
+        }
+
+
+class _Hops:
+    """Times each hop of one load and feeds the metrics and the node's bandwidth estimate."""
+
+    def __init__(self, owner: Executor, nbytes: int) -> None:
+        self._owner = owner
+        self._nbytes = nbytes
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def hop(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        elapsed = time.perf_counter() - start
+        self.seconds[name] = elapsed
+        _metrics.HOP_BYTES.labels(name).inc(self._nbytes)
+        _metrics.HOP_SECONDS.labels(name).inc(elapsed)
+        self._owner._observe_bandwidth(name, self._nbytes, elapsed)
+
+
+class Executor:
+    """The tier pipeline of one node. Build it once; ``close`` it at shutdown."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        settings: Settings | None = None,
+        *,
+        executor: ExecutorSettings | None = None,
+        s3: S3Settings | None = None,
+        cache_dir: Path | None = None,
+        device: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if settings is not None:
+            executor = executor or settings.executor
+            s3 = s3 or settings.s3
+            cache_dir = cache_dir or settings.cache_dir
+        # model_construct: defaults only, never the environment (settings are read once, by the caller).
+        self.settings = executor or ExecutorSettings.model_construct()
+        self.s3_settings = s3 or S3Settings.model_construct()
+        self._clock = clock
+        self._catalog = catalog
+        self.device = resolve_device(device or self.settings.device)
+        cfg = self.settings
+        self.l2 = L2Cache(
+            Path(cache_dir or cfg.cache_dir or Path(".prewarm/cache")),
+            cfg.l2_budget_bytes,
+            chunk_bytes=cfg.chunk_bytes,
+            clock=clock,
+        )
+        self.l1 = L1Cache(
+            cfg.l1_budget_bytes, pinned=self.device.type == "cuda", clock=clock, ttl_s=cfg.prefetch_ttl_s
+        )
+        self.l0 = L0Cache(l0_capacity(cfg, self.device), self.device, clock=clock, ttl_s=cfg.prefetch_ttl_s)
+        self._gates = {name: LinkGate(name) for name in ("L3->L2", "L2->L1", "L1->L0")}
+        self._disk_pool = ThreadPoolExecutor(cfg.read_threads, thread_name_prefix="prewarm-l2")
+        self._net_pool = ThreadPoolExecutor(self.s3_settings.s3_concurrency, thread_name_prefix="prewarm-l3")
+        self._stores: dict[str, ObjectStore] = {}
+        self._lock = threading.Lock()
+        self._model_locks: dict[ModelKey, threading.Lock] = {}
+        self._waiting_demands: dict[ModelKey, int] = {}
+        self._outcomes: OrderedDict[str, OrderOutcome] = OrderedDict()
+        self._orders_in_flight: set[str] = set()
+        self._recent: deque[OrderOutcome] = deque(maxlen=_RECENT_OUTCOMES)
+        self._bandwidth: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ catalog
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog
+
+    def update_catalog(self, catalog: Catalog) -> None:
+        """Swap the catalog; L1/L0 copies of versions it no longer lists become unservable at once."""
+        with self._lock:
+            self._catalog = catalog
+        self._sweep()
+
+    def _spec(self, model_id: str) -> ModelSpec:
+        spec = self._catalog[model_id]
+        if spec.sha256 is None:
+            raise ConfigError(
+                f"catalog entry {model_id} has no sha256: the executor serves only verified weights "
+                "(fill it with `prewarm models register`)",
+                setting=f"models[{model_id}].sha256",
+            )
+        return spec
+
+    def _sweep(self) -> None:
+        """Evict stale versions and prefetched entries whose TTL ran out (cheap: a few entries)."""
+        current = {spec.key for spec in self._catalog}
+        for cache in (self.l0.cache, self.l1.cache):
+            cache.evict_where(lambda e: e.key not in current, "stale")
+            cache.expire()
+
+    # ------------------------------------------------------------------ loading
+
+    def ensure(self, model_id: str, tier: Tier | str = Tier.L0, *, demand: bool = False) -> LoadResult:
+        """Bring ``model_id`` (the catalog's current version) to ``tier`` (L0, L1 or L2).
+
+        ``demand=True`` means a request is waiting: this load pre-empts prefetches on shared links, and
+        the entries it creates count as used. Otherwise the entries are prefetched (subject to the TTL).
+        """
+        tier = Tier(tier)
+        if tier is Tier.L3:
+            raise InvalidInput("ensure targets L0, L1 or L2; L3 is where weights come from", reason="tier")
+        spec = self._spec(model_id)
+        key = spec.key
+        self._sweep()
+        with self._lock:
+            lock = self._model_locks.setdefault(key, threading.Lock())
+            if demand:
+                self._waiting_demands[key] = self._waiting_demands.get(key, 0) + 1
+        try:
+            with lock:
+                result = self._ensure(spec, tier, demand)
+        finally:
+            if demand:
+                with self._lock:
+                    self._waiting_demands[key] -= 1
+                    if not self._waiting_demands[key]:
+                        del self._waiting_demands[key]
+        _metrics.HITS.labels(result.served_from.value).inc()
+        log.debug("ensured", extra=result.to_json())
+        return result
+
+    def _is_demand(self, key: ModelKey, demand: bool) -> Callable[[], bool]:
+        return lambda: demand or self._waiting_demands.get(key, 0) > 0
+
+    def _ensure(self, spec: ModelSpec, tier: Tier, demand: bool) -> LoadResult:
+        key = spec.key
+        assert spec.sha256 is not None
+        hops = _Hops(self, spec.size_bytes)
+
+        def result(served_from: Tier) -> LoadResult:
+            return LoadResult(
+                spec.id, spec.version, spec.sha256 or "", tier, served_from, spec.size_bytes, hops.seconds
+            )
+
+        if tier is Tier.L0 and self.l0.cache.lookup(key, use=demand) is not None:
+            return result(Tier.L0)
+        if tier.level <= 1:
+            block = self.l1.cache.pin(key)
+            if block is not None:
+                try:
+                    self.l1.cache.lookup(key, use=demand)
+                    if tier is Tier.L0:
+                        self._l1_to_l0(spec, block, hops, demand)
+                finally:
+                    self.l1.cache.unpin(key)
+                return result(Tier.L1)
+        obj = self.l2.lookup(spec.sha256) or self.l2.refresh(spec.sha256)
+        if tier is Tier.L2:
+            if obj is not None:
+                return result(Tier.L2)
+            served = self._from_l3(spec, tier, hops, demand)
+            return result(served)
+        if obj is not None:
+            try:
+                self._l2_up(spec, obj, tier, hops, demand)
+                return result(Tier.L2)
+            except IntegrityError as exc:
+                # A flipped byte on disk: the object is dropped and fetched again from L3 below.
+                log.warning(
+                    "L2 copy failed its digest, re-fetching", extra={"model": spec.id, "error": str(exc)}
+                )
+                self.l2.discard(spec.sha256, "integrity")
+                hops.seconds.clear()
+        served = self._from_l3(spec, tier, hops, demand)
+        return result(served)
+
+    def _from_l3(self, spec: ModelSpec, tier: Tier, hops: _Hops, demand: bool) -> Tier:
+        """L3 → L2, and into L1 in the same pass when the target is L1 or L0. Returns where it came from."""
+        assert spec.sha256 is not None
+        key, sha = spec.key, spec.sha256
+        store = self._store(spec.uri)
+        layout = probe_l3(store, spec.uri)  # the header is validated before anything is allocated
+        if layout.file_bytes != spec.size_bytes:
+            raise IntegrityError(
+                f"{spec.id} {spec.version}: {spec.uri} has {layout.file_bytes} bytes, the catalog says "
+                f"{spec.size_bytes}; nothing cached"
+            )
+        with self.l2.download_lock(sha):
+            # Another process may have fetched it while we waited for the lock.
+            obj = self.l2.refresh(sha)
+            if obj is not None:
+                if tier is not Tier.L2:
+                    self._l2_up(spec, obj, tier, hops, demand)
+                return Tier.L2
+            block: HostBlock | None = None
+            if tier.level <= 1:
+                block = self.l1.reserve(key, layout.file_bytes, prefetched=not demand)
+            try:
+                tw = self.l2.begin(sha, layout.file_bytes, model=spec.id, version=spec.version)
+                dest = host_view(block.buffer)[0] if block is not None else None
+                hop = "L3->L1" if block is not None else "L3->L2"
+                with hops.hop(hop), self._gates["L3->L2"].transfer(self._is_demand(key, demand)) as transfer:
+                    fetch_l3(
+                        store,
+                        spec.uri,
+                        self.l2,
+                        tw,
+                        dest=dest,
+                        pool=self._net_pool,
+                        part_bytes=self.s3_settings.s3_part_bytes,
+                        window=2 * self.s3_settings.s3_concurrency,
+                        transfer=transfer,
+                    )
+            except BaseException:
+                if block is not None:
+                    self.l1.cache.abort(key)
+                raise
+        if block is not None:
+            block.layout = layout
+            self.l1.cache.commit(key, block)
+            if tier is Tier.L0:
+                pinned = self.l1.cache.pin(key)
+                if pinned is None:
+                    raise CapacityError(f"{spec.id}: L1 copy was evicted before it reached L0")
+                try:
+                    self._l1_to_l0(spec, pinned, hops, demand)
+                finally:
+                    self.l1.cache.unpin(key)
+        return Tier.L3
+
+    def _l2_up(self, spec: ModelSpec, obj: L2Object, tier: Tier, hops: _Hops, demand: bool) -> None:
+        """L2 → L1, and on to L0 overlapped: each chunk is copied to the device as soon as it is read."""
+        key = spec.key
+        layout = read_header_l2(obj)
+        if self.l2.pin(obj.sha256) is None:
+            raise IntegrityError(f"{spec.id}: L2 object vanished before it could be read")
+        device_model: DeviceModel | None = None
+        block: HostBlock | None = None
+        try:
+            block = self.l1.reserve(key, obj.size, prefetched=not demand)
+            mv, address = host_view(block.buffer)
+            copier: DeviceCopier | None = None
+            if tier is Tier.L0:
+                device_model = self.l0.reserve(key, obj.size, prefetched=not demand)
+                copier = DeviceCopier(block.buffer, device_model.buffer)
+            is_demand = self._is_demand(key, demand)
+            with (
+                hops.hop("L2->L0" if copier else "L2->L1"),
+                self._gates["L2->L1"].transfer(is_demand) as disk,
+                self._gates["L1->L0"].transfer(is_demand) as pcie,
+                L2Reader(obj, direct=self.settings.l2_direct_io) as reader,
+            ):
+
+                def on_chunk(start: int, end: int) -> None:
+                    if copier is not None:
+                        pcie.checkpoint()
+                        copier.copy(start, end)
+
+                try:
+                    read_l2(
+                        reader,
+                        mv,
+                        address,
+                        pool=self._disk_pool,
+                        window=2 * self.settings.read_threads,
+                        transfer=disk,
+                        on_chunk=on_chunk,
+                    )
+                finally:
+                    if copier is not None:
+                        copier.finish()
+            block.layout = layout
+            self.l1.cache.commit(key, block)
+            if device_model is not None:
+                self._commit_l0(key, device_model, layout)
+        except BaseException:
+            if device_model is not None:
+                self.l0.cache.abort(key)
+            if block is not None:
+                self.l1.cache.abort(key)
+            raise
+        finally:
+            self.l2.unpin(obj.sha256)
+
+    def _l1_to_l0(self, spec: ModelSpec, block: HostBlock, hops: _Hops, demand: bool) -> None:
+        key = spec.key
+        layout = block.layout
+        assert layout is not None
+        device_model = self.l0.reserve(key, layout.file_bytes, prefetched=not demand)
+        try:
+            copier = DeviceCopier(block.buffer, device_model.buffer)
+            transfer: Transfer
+            with hops.hop("L1->L0"), self._gates["L1->L0"].transfer(self._is_demand(key, demand)) as transfer:
+                copier.copy_all(layout.file_bytes, self.settings.chunk_bytes, transfer)
+            self._commit_l0(key, device_model, layout)
+        except BaseException:
+            self.l0.cache.abort(key)
+            raise
+
+    def _commit_l0(self, key: ModelKey, model: DeviceModel, layout: Layout) -> None:
+        model.layout = layout
+        model.tensors = tensor_views(model.buffer, layout)
+        self.l0.cache.commit(key, model)
+
+    def _store(self, uri: str) -> ObjectStore:
+        scheme = uri.partition("://")[0]
+        with self._lock:
+            store = self._stores.get(scheme)
+            if store is None:
+                store = self._stores[scheme] = open_store(uri, self.s3_settings)
+            return store
+
+    def _observe_bandwidth(self, hop: str, nbytes: int, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        rate = nbytes / seconds
+        with self._lock:
+            old = self._bandwidth.get(hop)
+            # An exponential average: recent loads matter most, one outlier does not swing the planner.
+            self._bandwidth[hop] = rate if old is None else 0.7 * old + 0.3 * rate
+
+    # ------------------------------------------------------------------ serving
+
+    @contextlib.contextmanager
+    def acquire(self, model_id: str) -> Iterator[Mapping[str, torch.Tensor]]:
+        """The model's tensors on the device (name → tensor), held against eviction until exit.
+
+        Loads on demand when needed. The mapping is read-only; the tensors are views of one buffer.
+        """
+        for _attempt in range(3):
+            spec = self._spec(model_id)
+            self.ensure(model_id, Tier.L0, demand=True)
+            model = self.l0.cache.pin(spec.key)
+            if model is not None:
+                break
+            # Evicted (or the catalog moved) between the load and the pin: load again.
+        else:
+            raise CapacityError(f"{model_id}: evicted from L0 three times before it could be used")
+        self.l0.cache.lookup(spec.key, use=True)
+        self.l1.cache.lookup(spec.key, use=True)
+        try:
+            yield MappingProxyType(dict(model.tensors))
+        finally:
+            self.l0.cache.unpin(spec.key)
+
+    # ------------------------------------------------------------------ evicting
+
+    def evict(self, model_id: str, tier: Tier | str) -> list[Tier]:
+        """Drop every version of ``model_id`` from ``tier`` and every tier closer to the GPU.
+
+        ``L3`` means every local tier. Pinned entries go when their last user releases them. Returns the
+        tiers something was (or will be) dropped from.
+        """
+        tier = Tier(tier)
+        dropped: list[Tier] = []
+        for local in _LOCAL_TIERS:
+            if local.level > tier.level:
+                continue
+            if self._evict_one(model_id, local):
+                dropped.append(local)
+        return dropped
+
+    def _evict_one(self, model_id: str, tier: Tier) -> bool:
+        if tier is Tier.L2:
+            keys = self.l2.cache.evict_where(
+                lambda e: e.value is not None and e.value.model == model_id, "order"
+            )
+            return bool(keys)
+        cache: TierCache[ModelKey, Any] = self.l0.cache if tier is Tier.L0 else self.l1.cache
+        return bool(cache.evict_where(lambda e: e.key[0] == model_id, "order"))
+
+    # ------------------------------------------------------------------ orders
+
+    def apply(self, order: Order) -> OrderOutcome:
+        """Carry out one order. Idempotent by ``order.id``; past its deadline it is skipped (EXPIRED)."""
+        now = self._clock()
+        with self._lock:
+            seen = self._outcomes.get(order.id)
+            if seen is not None or order.id in self._orders_in_flight:
+                detail = "applied before" if seen is not None else "being applied"
+                return OrderOutcome(
+                    order_id=order.id,
+                    node=order.node,
+                    model=order.model,
+                    status=OrderStatus.ALREADY,
+                    at=now,
+                    served_from=seen.served_from if seen else None,
+                    detail=f"{detail}: {seen.status.value}" if seen else detail,
+                )
+            self._orders_in_flight.add(order.id)
+        start = time.perf_counter()
+        served_from: Tier | None = None
+        try:
+            status, detail, served_from = self._apply(order, now)
+        except PrewarmError as exc:
+            status, detail = OrderStatus.FAILED, str(exc)
+        outcome = OrderOutcome(
+            order_id=order.id,
+            node=order.node,
+            model=order.model,
+            status=status,
+            at=self._clock(),
+            seconds=time.perf_counter() - start,
+            served_from=served_from,
+            detail=detail,
+        )
+        with self._lock:
+            self._orders_in_flight.discard(order.id)
+            self._outcomes[order.id] = outcome
+            while len(self._outcomes) > _ORDER_MEMORY:
+                self._outcomes.popitem(last=False)
+            self._recent.append(outcome)
+        _metrics.ORDERS.labels(order.action.value, status.value).inc()
+        return outcome
+
+    def _apply(self, order: Order, now: float) -> tuple[OrderStatus, str, Tier | None]:
+        if order.node != self.settings.node_name:
+            return (
+                OrderStatus.FAILED,
+                f"order is for node {order.node}, this is {self.settings.node_name}",
+                None,
+            )
+        if now > order.deadline:
+            return (
+                OrderStatus.EXPIRED,
+                f"deadline passed {now - order.deadline:.1f}s before it was applied",
+                None,
+            )
+        if order.action is OrderAction.EVICT:
+            dropped = self.evict(order.model, order.tier)
+            return OrderStatus.DONE, "dropped from " + (",".join(t.value for t in dropped) or "nothing"), None
+        spec = self._catalog[order.model]
+        if spec.version != order.version or (order.sha256 and order.sha256 != spec.sha256):
+            return (
+                OrderStatus.FAILED,
+                f"order is for version {order.version}, the catalog has {spec.version}",
+                None,
+            )
+        if order.action is OrderAction.PREFETCH:
+            result = self.ensure(order.model, order.tier, demand=order.demand)
+            return OrderStatus.DONE, "", result.served_from
+        # DEMOTE: make sure the target tier holds it, then drop it from the tiers closer to the GPU.
+        result = self.ensure(order.model, order.tier, demand=order.demand)
+        for closer in _LOCAL_TIERS:
+            if closer.level < order.tier.level:
+                self._evict_one(order.model, closer)
+        return OrderStatus.DONE, "", result.served_from
+
+    # ------------------------------------------------------------------ reporting
+
+    def state(self) -> ExecutorState:
+        """Per tier: capacity, bytes used, resident models with version, last use and pins."""
+        self._sweep()
+        gpu = self.device.index if self.device.type == "cuda" else None
+        tiers = [
+            self._tier_state(Tier.L0, self.l0.cache, gpu),
+            self._tier_state(Tier.L1, self.l1.cache, None),
+            self._tier_state(Tier.L2, self.l2.cache, None),
+        ]
+        with self._lock:
+            bandwidth = dict(self._bandwidth)
+            recent = list(self._recent)
+        return ExecutorState(
+            node=self.settings.node_name,
+            at=self._clock(),
+            device=str(self.device),
+            tiers=tiers,
+            bandwidth_bytes_per_s=bandwidth,
+            recent_outcomes=recent,
+        )
+
+    def _tier_state(self, tier: Tier, cache: TierCache[Any, Any], gpu: int | None) -> TierState:
+        residents = []
+        for entry in cache.snapshot():
+            if not entry.ready:
+                continue
+            model, version, sha = self._describe(tier, entry)
+            residents.append(
+                ResidentModel(
+                    model=model,
+                    version=version,
+                    sha256=sha,
+                    bytes=entry.nbytes,
+                    last_used=entry.last_used,
+                    loaded_at=entry.loaded_at,
+                    pins=entry.pins,
+                    prefetched=entry.prefetched,
+                    gpu=gpu,
+                )
+            )
+        return TierState(tier=tier, capacity_bytes=cache.capacity, used_bytes=cache.used, resident=residents)
+
+    @staticmethod
+    def _describe(tier: Tier, entry: Entry[Any, Any]) -> tuple[str, str, str | None]:
+        if tier is Tier.L2:
+            obj: L2Object | None = entry.value
+            assert obj is not None
+            return obj.model, obj.version, obj.sha256
+        model, version, sha = entry.key
+        return model, version, sha
+
+    # ------------------------------------------------------------------ maintenance
+
+    def verify(self) -> list[Any]:
+        """Re-hash every L2 object (sha256); mismatches are evicted and re-fetched on next use."""
+        return self.l2.verify_all()
+
+    def close(self) -> None:
+        self._disk_pool.shutdown(wait=True)
+        self._net_pool.shutdown(wait=True)
+        self.l2.flush()
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

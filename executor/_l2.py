@@ -1,0 +1,434 @@
+"""L2: the local disk cache, content-addressed by sha256, crash-safe, verified on every read.
+
+Layout under the cache directory::
+
+    index.json          versioned index: per object its size, model, version and chunk digests
+    index.json.lock     guards index rewrites across processes
+    objects/ab/<sha256> published files, only ever created by rename
+    tmp/<sha256>.<pid>.part   downloads in progress (never read)
+    locks/<sha256>.lock one download per object across processes
+
+An object enters by temp → fsync → sha256 checked against the catalog → rename → index, so nothing
+partial is ever visible. While it is written, per-chunk xxh3 digests are recorded; every later read
+checks the chunk it just read, on the reading thread, so a flipped byte is caught on the next load at
+the cost of hashing at ~10 GB/s, not of re-reading the file. ``verify_all`` re-hashes everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import xxhash
+from filelock import FileLock, Timeout
+
+from executor import _metrics
+from executor._tier import TierCache
+from prewarm import IntegrityError, StorageError, Tier, get_logger
+
+__all__ = ["INDEX_VERSION", "ChunkDigester", "L2Cache", "L2Object", "L2Reader", "VerifyResult"]
+
+log = get_logger(__name__)
+INDEX_VERSION = 1
+ALIGN = 4096  # O_DIRECT wants offsets, lengths and addresses aligned to the logical block size
+
+
+def round_up(n: int, align: int = ALIGN) -> int:
+    return -(-n // align) * align
+
+
+class ChunkDigester:
+    """xxh3-64 of each ``chunk_bytes`` piece of a stream fed in order, in pieces of any size."""
+
+    def __init__(self, chunk_bytes: int) -> None:
+        self.chunk_bytes = chunk_bytes
+        self._hash = xxhash.xxh3_64()
+        self._fill = 0
+        self.digests: list[int] = []
+
+    def update(self, data: memoryview | bytes) -> None:
+        view = memoryview(data)
+        while len(view):
+            take = min(len(view), self.chunk_bytes - self._fill)
+            self._hash.update(view[:take])
+            self._fill += take
+            view = view[take:]
+            if self._fill == self.chunk_bytes:
+                self.digests.append(self._hash.intdigest())
+                self._hash.reset()
+                self._fill = 0
+
+    def finish(self) -> list[int]:
+        if self._fill:
+            self.digests.append(self._hash.intdigest())
+            self._hash.reset()
+            self._fill = 0
+        return self.digests
+
+
+@dataclass(frozen=True)
+class L2Object:
+    sha256: str
+    path: Path
+    size: int
+    chunk_bytes: int
+    digests: tuple[int, ...]
+    model: str = ""
+    version: str = ""
+
+    def chunk(self, index: int) -> tuple[int, int]:
+        start = index * self.chunk_bytes
+        return start, min(start + self.chunk_bytes, self.size)
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.digests)
+
+    def to_index(self) -> dict[str, Any]:
+        return {
+            "size": self.size,
+            "chunk_bytes": self.chunk_bytes,
+            "digests": [f"{d:016x}" for d in self.digests],
+            "model": self.model,
+            "version": self.version,
+        }
+
+
+@dataclass
+class VerifyResult:
+    sha256: str
+    model: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class TempWrite:
+    """A download in progress: reserved bytes, an open temp file, and where it will be published."""
+
+    sha256: str
+    size: int
+    path: Path
+    fd: int
+    model: str
+    version: str
+    closed: bool = field(default=False)
+
+
+class L2Reader:
+    """Reads chunks of one object into caller memory, O_DIRECT where allowed, checking each digest.
+
+    Thread-safe: ``pread`` carries its own offset, so the pipeline's reading threads share the fds.
+    """
+
+    def __init__(self, obj: L2Object, *, direct: bool) -> None:
+        self.obj = obj
+        self._fd = os.open(obj.path, os.O_RDONLY)
+        self._direct_fd: int | None = None
+        if direct and hasattr(os, "O_DIRECT"):
+            try:
+                self._direct_fd = os.open(obj.path, os.O_RDONLY | os.O_DIRECT)
+            except OSError:  # tmpfs and some overlay filesystems refuse O_DIRECT
+                self._direct_fd = None
+        else:
+            # Buffered reads of a file we will not read again soon: tell the kernel to read ahead.
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+
+    @property
+    def direct(self) -> bool:
+        return self._direct_fd is not None
+
+    def close(self) -> None:
+        for fd in (self._fd, self._direct_fd):
+            if fd is not None:
+                os.close(fd)
+
+    def __enter__(self) -> L2Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read_chunk(self, index: int, dest: memoryview, dest_address: int) -> int:
+        """Read chunk ``index`` into ``dest[start:end]`` (``dest`` spans the whole file, rounded up to
+        ``ALIGN``) and check its digest; ``dest_address`` is ``dest``'s address, for alignment."""
+        start, end = self.obj.chunk(index)
+        done = 0
+        if self._direct_fd is not None and (dest_address + start) % ALIGN == 0:
+            want = round_up(end - start)
+            try:
+                while done < end - start:
+                    n = os.preadv(self._direct_fd, [dest[start + done : start + want]], start + done)
+                    if n <= 0:
+                        break
+                    done += n
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise StorageError(f"L2 read of {self.obj.path} failed: {exc.strerror}") from exc
+                done = 0  # the filesystem took the open but refuses the read: buffered below
+            done = min(done, end - start)
+        while done < end - start:
+            n = os.preadv(self._fd, [dest[start + done : end]], start + done)
+            if n <= 0:
+                raise IntegrityError(f"L2 object {self.obj.sha256[:12]} is shorter than its index says")
+            done += n
+        if xxhash.xxh3_64_intdigest(dest[start:end]) != self.obj.digests[index]:
+            _metrics.INTEGRITY_FAILURES.labels("L2").inc()
+            raise IntegrityError(
+                f"L2 object {self.obj.sha256[:12]} ({self.obj.model}) chunk {index} at byte {start}: "
+                "digest mismatch"
+            )
+        return end - start
+
+
+class L2Cache:
+    """The disk tier. Thread-safe; coordinates downloads with other processes through file locks."""
+
+    def __init__(self, root: Path, capacity: int, *, chunk_bytes: int, clock: Callable[[], float]) -> None:
+        self.root = Path(root)
+        self.chunk_bytes = chunk_bytes
+        for sub in ("objects", "tmp", "locks"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self._index_path = self.root / "index.json"
+        self._index_lock = FileLock(str(self.root / "index.json.lock"))
+        self.cache: TierCache[str, L2Object] = TierCache(
+            Tier.L2, capacity, clock=clock, release=self._release
+        )
+        self._load()
+
+    # -- the index
+
+    def _read_index(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self._index_path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, json.JSONDecodeError) as exc:
+            # The index is written atomically, so this is outside interference; objects are re-fetched.
+            log.warning("L2 index unreadable, starting empty", extra={"path": str(self._index_path)})
+            del exc
+            return {}
+        if data.get("version") != INDEX_VERSION:
+            raise StorageError(
+                f"L2 index {self._index_path} has version {data.get('version')!r}, this prewarm "
+                f"understands {INDEX_VERSION}: remove {self.root} or run the matching prewarm"
+            )
+        entries = data.get("objects", {})
+        return entries if isinstance(entries, dict) else {}
+
+    def _write_index(self, entries: dict[str, Any]) -> None:
+        tmp = self._index_path.with_name(f".index.json.{os.getpid()}.tmp")
+        with open(tmp, "w") as f:
+            json.dump({"version": INDEX_VERSION, "objects": entries}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(self._index_path)
+
+    def object_path(self, sha: str) -> Path:
+        return self.root / "objects" / sha[:2] / sha
+
+    def _object(self, sha: str, raw: dict[str, Any]) -> L2Object:
+        return L2Object(
+            sha256=sha,
+            path=self.object_path(sha),
+            size=int(raw["size"]),
+            chunk_bytes=int(raw["chunk_bytes"]),
+            digests=tuple(int(d, 16) for d in raw["digests"]),
+            model=str(raw.get("model", "")),
+            version=str(raw.get("version", "")),
+        )
+
+    def _load(self) -> None:
+        """Adopt what a previous run left: indexed objects that are intact on disk; delete the rest."""
+        with self._index_lock:
+            entries = self._read_index()
+            kept: dict[str, Any] = {}
+            for sha, raw in entries.items():
+                try:
+                    obj = self._object(sha, raw)
+                except (KeyError, TypeError, ValueError):
+                    continue
+                if obj.path.is_file() and obj.path.stat().st_size == obj.size:
+                    kept[sha] = raw
+            on_disk = {p.name: p for p in (self.root / "objects").glob("*/*") if p.is_file()}
+            for name, path in on_disk.items():
+                if name not in kept:
+                    # Renamed but never indexed (a crash in between): unverifiable, so gone.
+                    path.unlink(missing_ok=True)
+            if kept != entries:
+                self._write_index(kept)
+        for part in (self.root / "tmp").glob("*.part"):
+            lock = FileLock(str(self.root / "locks" / f"{part.name.split('.')[0]}.lock"))
+            try:
+                with lock.acquire(timeout=0):
+                    part.unlink(missing_ok=True)  # nobody is writing it: a crashed download
+            except Timeout:
+                pass
+        ordered = sorted(kept.items(), key=lambda kv: float(kv[1].get("last_used", 0.0)))
+        for sha, raw in ordered:
+            self._adopt(self._object(sha, raw))
+
+    def _adopt(self, obj: L2Object) -> None:
+        if self.cache.contains(obj.sha256):
+            return
+        self.cache.reserve(obj.sha256, obj.size)
+        self.cache.commit(obj.sha256, obj)
+
+    def refresh(self, sha: str) -> L2Object | None:
+        """Pick up an object another process published since we loaded the index."""
+        found = self.cache.lookup(sha, use=False)
+        if found is not None:
+            return found
+        with self._index_lock:
+            raw = self._read_index().get(sha)
+        if raw is None:
+            return None
+        obj = self._object(sha, raw)
+        if not obj.path.is_file():
+            return None
+        self._adopt(obj)
+        return obj
+
+    # -- reading
+
+    def lookup(self, sha: str) -> L2Object | None:
+        return self.cache.lookup(sha)
+
+    def pin(self, sha: str) -> L2Object | None:
+        return self.cache.pin(sha)
+
+    def unpin(self, sha: str) -> None:
+        self.cache.unpin(sha)
+
+    def discard(self, sha: str, reason: str) -> None:
+        self.cache.evict(sha, reason)
+
+    # -- writing
+
+    @contextlib.contextmanager
+    def download_lock(self, sha: str) -> Iterator[None]:
+        """One download of an object across processes (threads are coalesced by the executor)."""
+        with FileLock(str(self.root / "locks" / f"{sha}.lock")):
+            yield
+
+    def begin(self, sha: str, size: int, *, model: str, version: str) -> TempWrite:
+        """Reserve ``size`` bytes and open a temp file that nobody will ever read as an object."""
+        self.cache.reserve(sha, size)
+        path = self.root / "tmp" / f"{sha}.{os.getpid()}.part"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.ftruncate(fd, size)
+        except OSError as exc:
+            self.cache.abort(sha)
+            raise StorageError(f"L2: cannot create {path}: {exc.strerror}") from exc
+        return TempWrite(sha, size, path, fd, model, version)
+
+    def write(self, tw: TempWrite, offset: int, data: memoryview | bytes) -> None:
+        view = memoryview(data)
+        try:
+            while len(view):
+                n = os.pwrite(tw.fd, view, offset)
+                view, offset = view[n:], offset + n
+        except OSError as exc:
+            raise StorageError(f"L2: writing {tw.path} failed: {exc.strerror}") from exc
+
+    def publish(self, tw: TempWrite, sha_actual: str, digests: list[int]) -> L2Object:
+        """fsync, check the sha256 computed on the way, rename, index: the object becomes visible."""
+        try:
+            os.fsync(tw.fd)
+            # Written once, read later through O_DIRECT or after an eviction: no use keeping the pages.
+            os.posix_fadvise(tw.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(tw.fd)
+            tw.closed = True
+        if sha_actual != tw.sha256:
+            self.abandon(tw)
+            _metrics.INTEGRITY_FAILURES.labels("L3").inc()
+            raise IntegrityError(
+                f"{tw.model} {tw.version}: downloaded sha256 {sha_actual[:12]}… does not match the "
+                f"catalog's {tw.sha256[:12]}…; nothing cached"
+            )
+        obj = L2Object(
+            tw.sha256,
+            self.object_path(tw.sha256),
+            tw.size,
+            self.chunk_bytes,
+            tuple(digests),
+            tw.model,
+            tw.version,
+        )
+        obj.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._index_lock:
+            tw.path.replace(obj.path)
+            _fsync_dir(obj.path.parent)
+            entries = self._read_index()
+            entries[obj.sha256] = obj.to_index()
+            self._write_index(entries)
+        self.cache.commit(tw.sha256, obj)
+        return obj
+
+    def abandon(self, tw: TempWrite) -> None:
+        if not tw.closed:
+            os.close(tw.fd)
+            tw.closed = True
+        tw.path.unlink(missing_ok=True)
+        self.cache.abort(tw.sha256)
+
+    def _release(self, sha: str, obj: L2Object | None) -> None:
+        if obj is None:
+            return  # an aborted reservation: no file was published
+        with self._index_lock:
+            entries = self._read_index()
+            entries.pop(sha, None)
+            self._write_index(entries)
+            obj.path.unlink(missing_ok=True)
+
+    # -- maintenance
+
+    def verify_all(self) -> list[VerifyResult]:
+        """Re-hash every object with sha256; a mismatch is evicted (the next load re-fetches it)."""
+        results = []
+        for entry in self.cache.snapshot():
+            obj = entry.value
+            if obj is None or not entry.ready:
+                continue
+            digest = hashlib.sha256()
+            try:
+                with open(obj.path, "rb") as f:
+                    while block := f.read(8 * 2**20):
+                        digest.update(block)
+            except OSError as exc:
+                results.append(VerifyResult(obj.sha256, obj.model, False, f"unreadable: {exc.strerror}"))
+                self.discard(obj.sha256, "integrity")
+                continue
+            ok = digest.hexdigest() == obj.sha256
+            if not ok:
+                _metrics.INTEGRITY_FAILURES.labels("L2").inc()
+                self.discard(obj.sha256, "integrity")
+            results.append(VerifyResult(obj.sha256, obj.model, ok, "" if ok else "sha256 mismatch: evicted"))
+        return results
+
+    def flush(self) -> None:
+        """Persist last-use times so LRU order survives a restart."""
+        recency = {e.key: e.recency for e in self.cache.snapshot() if e.ready}
+        with self._index_lock:
+            entries = self._read_index()
+            for sha, raw in entries.items():
+                if sha in recency:
+                    raw["last_used"] = recency[sha]
+            self._write_index(entries)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,33 @@
+"""The executor's Prometheus metrics (names documented here, registered once in prewarm's registry).
+
+- ``prewarm_executor_hop_bytes_total{hop}``: bytes moved per hop (``L3->L2``, ``L3->L1``, ``L2->L1``,
+  ``L1->L0``, ``L2->L0``).
+- ``prewarm_executor_hop_seconds_total{hop}``: seconds spent moving them; bytes / seconds is the rate.
+- ``prewarm_executor_hits_total{tier}``: ``ensure`` calls served from a tier (``L3`` = fetched).
+- ``prewarm_executor_evictions_total{tier,reason}``: reasons are ``capacity`` (room for another load),
+  ``ttl`` (prefetched, never used), ``stale`` (the catalog moved to another version), ``order`` (an evict
+  or demote order, or ``Executor.evict``), ``integrity`` (a digest mismatch on read).
+- ``prewarm_executor_tier_used_bytes{tier}``: bytes accounted per tier, reservations included.
+- ``prewarm_executor_integrity_failures_total{tier}``: digest mismatches detected (then re-fetched).
+- ``prewarm_executor_preemptions_total{link}``: times a prefetch paused for a demand load on a link.
+- ``prewarm_executor_orders_total{action,status}``: orders applied, by outcome.
+"""
+
+from __future__ import annotations
+
+from prewarm._metrics import counter, gauge
+
+HOP_BYTES = counter("prewarm_executor_hop_bytes_total", "Bytes moved per hop.", ["hop"])
+HOP_SECONDS = counter("prewarm_executor_hop_seconds_total", "Seconds spent moving bytes per hop.", ["hop"])
+HITS = counter("prewarm_executor_hits_total", "Loads served from each tier.", ["tier"])
+EVICTIONS = counter("prewarm_executor_evictions_total", "Evictions per tier and reason.", ["tier", "reason"])
+TIER_USED = gauge("prewarm_executor_tier_used_bytes", "Bytes accounted per tier.", ["tier"])
+INTEGRITY_FAILURES = counter(
+    "prewarm_executor_integrity_failures_total", "Digest mismatches detected per tier.", ["tier"]
+)
+PREEMPTIONS = counter(
+    "prewarm_executor_preemptions_total", "Prefetch transfers paused for a demand load.", ["link"]
+)
+ORDERS = counter(
+    "prewarm_executor_orders_total", "Orders applied, by action and status.", ["action", "status"]
+)

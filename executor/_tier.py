@@ -1,0 +1,236 @@
+"""The tier interface, in one place: a byte-budgeted, LRU, pinnable cache that L2, L1 and L0 share.
+
+Each tier module (``_l2``, ``_l1``, ``_l0``) owns what a tier *stores* (files, a host pool, device
+buffers) and hands this class two callbacks: ``place`` to allocate room for an entry and ``release`` to
+free it. Accounting, eviction choice, pins, the prefetch TTL and the metrics live here, so the budget
+rule is written once: ``used`` counts every entry from the moment it is reserved (before any byte
+moves), and a reservation that cannot fit after evicting every unpinned, ready entry fails with
+``CapacityError`` instead of over-committing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from executor import _metrics
+from prewarm import CapacityError, Tier
+
+__all__ = ["Entry", "PlacementFailed", "TierCache", "choose_victims"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class PlacementFailed(Exception):
+    """``place`` found no room (fragmentation, device OOM) although the byte budget allowed it."""
+
+
+@dataclass
+class Entry(Generic[K, V]):
+    key: K
+    nbytes: int
+    loaded_at: float
+    value: V | None = None
+    ready: bool = False
+    pins: int = 0
+    last_used: float | None = None
+    prefetched: bool = False  # brought in speculatively and not used yet
+    doomed: str | None = None  # eviction reason, applied when the last pin goes
+
+    @property
+    def recency(self) -> float:
+        return self.last_used if self.last_used is not None else self.loaded_at
+
+
+def choose_victims(entries: Iterable[Entry[K, V]], need: int, free: int) -> list[K] | None:
+    """Least recently used ready, unpinned entries whose removal frees ``need`` bytes; None if impossible.
+
+    Pure, so the eviction rule is tested without any tier: pinned entries (in use, being read) and
+    entries still loading are never chosen.
+    """
+    if need <= free:
+        return []
+    chosen: list[K] = []
+    for entry in sorted(entries, key=lambda e: e.recency):
+        if entry.pins or not entry.ready:
+            continue
+        chosen.append(entry.key)
+        free += entry.nbytes
+        if need <= free:
+            return chosen
+    return None
+
+
+class TierCache(Generic[K, V]):
+    """Thread-safe accounting for one tier; every method is atomic under one lock."""
+
+    def __init__(
+        self,
+        tier: Tier,
+        capacity: int,
+        *,
+        clock: Callable[[], float],
+        release: Callable[[K, V | None], None],
+        place: Callable[[int], V] | None = None,
+        ttl_s: float | None = None,
+    ) -> None:
+        self.tier = tier
+        self.capacity = capacity
+        self._clock = clock
+        self._release = release
+        self._place = place
+        self._ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._entries: dict[K, Entry[K, V]] = {}
+        self._used = 0
+
+    # -- reading
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    def lookup(self, key: K, *, use: bool = True) -> V | None:
+        """The ready value for ``key``; ``use`` marks it used (LRU, and no longer an unused prefetch)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not entry.ready or entry.doomed:
+                return None
+            if use:
+                entry.last_used = self._clock()
+                entry.prefetched = False
+            return entry.value
+
+    def contains(self, key: K) -> bool:
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry is not None and entry.ready and not entry.doomed
+
+    def snapshot(self) -> list[Entry[K, V]]:
+        with self._lock:
+            return [Entry(**vars(e)) for e in self._entries.values()]
+
+    def keys(self) -> list[K]:
+        with self._lock:
+            return list(self._entries)
+
+    # -- changing
+
+    def reserve(self, key: K, nbytes: int, *, prefetched: bool = False) -> V | None:
+        """Account ``nbytes`` for ``key`` (evicting LRU entries if needed) and place it; returns the place.
+
+        The entry is not visible to ``lookup`` until ``commit``; ``abort`` gives the bytes back.
+        """
+        if nbytes > self.capacity:
+            raise CapacityError(
+                f"{self.tier}: {nbytes} bytes exceed the tier's budget of {self.capacity} bytes"
+            )
+        released: list[tuple[K, V | None]] = []
+        try:
+            with self._lock:
+                if key in self._entries:
+                    raise RuntimeError(f"{self.tier}: {key!r} is already reserved")
+                victims = choose_victims(self._entries.values(), nbytes, self.capacity - self._used)
+                if victims is None:
+                    raise CapacityError(
+                        f"{self.tier}: {nbytes} bytes do not fit: {self.capacity - self._used} free "
+                        "and every other entry is in use or loading"
+                    )
+                for victim in victims:
+                    released.append(self._drop(victim, "capacity"))
+                value = self._place_locked(nbytes, released)
+                self._entries[key] = Entry(key, nbytes, self._clock(), value, prefetched=prefetched)
+                self._used += nbytes
+                _metrics.TIER_USED.labels(self.tier.value).set(self._used)
+                return value
+        finally:
+            # Freeing (unlinking a file, returning pool ranges) happens outside the lock.
+            for victim_key, victim_value in released:
+                self._release(victim_key, victim_value)
+
+    def _place_locked(self, nbytes: int, released: list[tuple[K, V | None]]) -> V | None:
+        if self._place is None:
+            return None
+        while True:
+            try:
+                return self._place(nbytes)
+            except PlacementFailed:
+                # Room by budget but not in one piece: give up the next LRU entry and try again.
+                victims = choose_victims(self._entries.values(), 1, 0)
+                if not victims:
+                    raise CapacityError(
+                        f"{self.tier}: no contiguous room for {nbytes} bytes and nothing left to evict"
+                    ) from None
+                # The allocator needs the room back now, not after the lock is released; the
+                # tiers that place (host pool, device) free in microseconds.
+                self._release(*self._drop(victims[0], "capacity"))
+
+    def commit(self, key: K, value: V | None = None) -> None:
+        with self._lock:
+            entry = self._entries[key]
+            if value is not None:
+                entry.value = value
+            entry.ready = True
+            entry.loaded_at = self._clock()
+
+    def abort(self, key: K) -> None:
+        with self._lock:
+            dropped = self._drop(key, None) if key in self._entries else None
+        if dropped is not None:
+            self._release(*dropped)
+
+    def pin(self, key: K) -> V | None:
+        """Hold a ready entry against eviction; returns its value, or None when it is not there."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not entry.ready or entry.doomed:
+                return None
+            entry.pins += 1
+            return entry.value
+
+    def unpin(self, key: K) -> None:
+        dropped = None
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return
+            entry.pins = max(entry.pins - 1, 0)
+            if entry.pins == 0 and entry.doomed:
+                dropped = self._drop(key, entry.doomed)
+        if dropped is not None:
+            self._release(*dropped)
+
+    def evict(self, key: K, reason: str) -> bool:
+        """Drop ``key`` now, or when its last pin goes; False when it is not here (or still loading)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not entry.ready:
+                return False
+            if entry.pins:
+                entry.doomed = reason
+                return True
+            dropped = self._drop(key, reason)
+        self._release(*dropped)
+        return True
+
+    def evict_where(self, predicate: Callable[[Entry[K, V]], bool], reason: str) -> list[K]:
+        keys = [e.key for e in self.snapshot() if e.ready and predicate(e)]
+        return [k for k in keys if self.evict(k, reason)]
+
+    def expire(self) -> list[K]:
+        """Evict prefetched entries that nothing used within the TTL."""
+        if self._ttl_s is None:
+            return []
+        deadline = self._clock() - self._ttl_s
+        return self.evict_where(lambda e: e.prefetched and e.loaded_at < deadline, "ttl")
+
+    def _drop(self, key: K, reason: str | None) -> tuple[K, V | None]:
+        entry = self._entries.pop(key)
+        self._used -= entry.nbytes
+        _metrics.TIER_USED.labels(self.tier.value).set(self._used)
+        if reason is not None:
+            _metrics.EVICTIONS.labels(self.tier.value, reason).inc()
+        return key, entry.value
