@@ -1,0 +1,203 @@
+"""What the planner knows about the GPU nodes: the cluster file, merged with each executor's latest report.
+
+The cluster file (``nodes: [{name, gpus: [{memory_bytes}], host_cache_bytes, disk_cache_bytes}]``,
+``bandwidth: {l3_bytes_per_s, l2_bytes_per_s, l1_bytes_per_s}``) says what a node should have; an
+``ExecutorState`` says what it has and how fast it really moved bytes. The report wins where it exists,
+so the scheduler plans before any executor reports and corrects itself as soon as one does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from prewarm import ByteRate, Bytes, ConfigError, ExecutorState, Order, ResidentModel, Tier
+
+__all__ = [
+    "CACHE_TIERS",
+    "HOP_INTO",
+    "Cluster",
+    "ClusterState",
+    "NodeSpec",
+    "NodeState",
+]
+
+# Tiers a node holds bytes in; L3 (object storage) is unbounded and always holds every model.
+CACHE_TIERS: tuple[Tier, ...] = (Tier.L0, Tier.L1, Tier.L2)
+# The hop that brings a model into a tier, named as executors name measured bandwidths.
+HOP_INTO: Mapping[Tier, str] = {Tier.L2: "L3->L2", Tier.L1: "L2->L1", Tier.L0: "L1->L0"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GpuSpec(_Strict):
+    memory_bytes: Bytes
+
+
+class NodeSpec(_Strict):
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    gpus: list[GpuSpec] = Field(default_factory=list)
+    host_cache_bytes: Bytes = 0
+    disk_cache_bytes: Bytes = 0
+
+    @property
+    def l0_bytes(self) -> int:
+        return sum(g.memory_bytes for g in self.gpus)
+
+
+class BandwidthSpec(_Strict):
+    """Bytes per second out of each tier: L3->L2, L2->L1 and L1->L0."""
+
+    l3_bytes_per_s: Annotated[ByteRate, Field(gt=0)] = 1e9
+    l2_bytes_per_s: Annotated[ByteRate, Field(gt=0)] = 7e9
+    l1_bytes_per_s: Annotated[ByteRate, Field(gt=0)] = 50e9
+
+    def hops(self) -> dict[str, float]:
+        return {
+            HOP_INTO[Tier.L2]: self.l3_bytes_per_s,
+            HOP_INTO[Tier.L1]: self.l2_bytes_per_s,
+            HOP_INTO[Tier.L0]: self.l1_bytes_per_s,
+        }
+
+
+class Cluster(_Strict):
+    """The static description of the GPU nodes, as written in a cluster YAML file."""
+
+    nodes: list[NodeSpec] = Field(min_length=1)
+    bandwidth: BandwidthSpec = Field(default_factory=BandwidthSpec)
+
+    @field_validator("nodes")
+    @classmethod
+    def _unique_names(cls, nodes: list[NodeSpec]) -> list[NodeSpec]:
+        names = [n.name for n in nodes]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate node names: {', '.join(duplicates)}")
+        return nodes
+
+    @classmethod
+    def from_data(cls, data: Any, source: str = "cluster") -> Cluster:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            lines = [
+                f"{'.'.join(str(p) for p in err['loc']) or 'cluster'}: {err['msg']}" for err in exc.errors()
+            ]
+            raise ConfigError(f"{source}: " + "; ".join(lines), setting="cluster") from exc
+
+    @classmethod
+    def load(cls, path: Path) -> Cluster:
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read cluster file {path}: {exc.strerror}", setting="cluster") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"cluster file {path} is not valid YAML: {exc}", setting="cluster") from exc
+        return cls.from_data(data, source=str(path))
+
+    @classmethod
+    def single_node(cls, name: str, *, l0_bytes: int, l1_bytes: int, l2_bytes: int) -> Cluster:
+        """The cluster of one node, when no cluster file is configured (embedded mode, one executor)."""
+        gpus = [GpuSpec(memory_bytes=l0_bytes)] if l0_bytes else []
+        node = NodeSpec(name=name, gpus=gpus, host_cache_bytes=l1_bytes, disk_cache_bytes=l2_bytes)
+        return cls(nodes=[node])
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node as the planner sees it: capacity and residents per tier, bandwidth per hop."""
+
+    name: str
+    capacity: Mapping[Tier, int]
+    resident: Mapping[Tier, tuple[ResidentModel, ...]] = field(default_factory=dict)
+    bandwidth: Mapping[str, float] = field(default_factory=dict)
+    # Bytes in use that no listed resident explains (another tenant, an engine's own buffers).
+    unlisted: Mapping[Tier, int] = field(default_factory=dict)
+    reported_at: float | None = None
+
+    def residents(self, tier: Tier) -> tuple[ResidentModel, ...]:
+        return self.resident.get(tier, ())
+
+    def used(self, tier: Tier) -> int:
+        return self.unlisted.get(tier, 0) + sum(r.bytes for r in self.residents(tier))
+
+    def holds(self, model: str, tier: Tier) -> bool:
+        return any(r.model == model for r in self.residents(tier))
+
+    def closest_tier(self, model: str) -> Tier:
+        """The tier closest to the GPU that holds ``model``; L3 if no cache tier does."""
+        return next((t for t in CACHE_TIERS if self.holds(model, t)), Tier.L3)
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """The planner's whole view of the cluster at one instant.
+
+    ``pending`` are orders already published that the reports do not reflect yet: the planner books
+    their bytes so that two rounds never promise the same free space twice. ``recent`` are orders
+    published lately, so that a model evicted as a misprediction is not fetched straight back.
+    """
+
+    nodes: Mapping[str, NodeState]
+    pending: tuple[Order, ...] = ()
+    recent: tuple[Order, ...] = ()
+
+    @classmethod
+    def merge(
+        cls,
+        cluster: Cluster,
+        reports: Mapping[str, ExecutorState],
+        *,
+        pending: Iterable[Order] = (),
+        recent: Iterable[Order] = (),
+    ) -> ClusterState:
+        """The cluster file, with each executor's latest report laid over its node.
+
+        A node that reports without being in the file joins with the file's default bandwidth; a node in
+        the file that never reported is planned as empty, so orders still go out before any report.
+        """
+        nodes: dict[str, NodeState] = {}
+        defaults = cluster.bandwidth.hops()
+        for spec in cluster.nodes:
+            configured = {
+                Tier.L0: spec.l0_bytes,
+                Tier.L1: spec.host_cache_bytes,
+                Tier.L2: spec.disk_cache_bytes,
+            }
+            nodes[spec.name] = NodeState(name=spec.name, capacity=configured, bandwidth=dict(defaults))
+        for name, report in reports.items():
+            base = nodes.get(name) or NodeState(name=name, capacity={}, bandwidth=dict(defaults))
+            nodes[name] = _overlay(base, report)
+        return cls(nodes=nodes, pending=tuple(pending), recent=tuple(recent))
+
+
+def _overlay(base: NodeState, report: ExecutorState) -> NodeState:
+    capacity = dict(base.capacity)
+    resident: dict[Tier, tuple[ResidentModel, ...]] = {}
+    unlisted: dict[Tier, int] = {}
+    for tier_state in report.tiers:
+        if tier_state.tier not in CACHE_TIERS:
+            continue
+        # The executor knows its real budget (free device memory, disk quota): it beats the file.
+        capacity[tier_state.tier] = tier_state.capacity_bytes
+        resident[tier_state.tier] = tuple(tier_state.resident)
+        listed = sum(r.bytes for r in tier_state.resident)
+        unlisted[tier_state.tier] = max(tier_state.used_bytes - listed, 0)
+    bandwidth = dict(base.bandwidth)
+    # Only a positive measurement replaces the configured figure: a hop not yet used measures nothing.
+    bandwidth.update({hop: rate for hop, rate in report.bandwidth_bytes_per_s.items() if rate > 0})
+    return NodeState(
+        name=base.name,
+        capacity=capacity,
+        resident=resident,
+        bandwidth=bandwidth,
+        unlisted=unlisted,
+        reported_at=report.at,
+    )

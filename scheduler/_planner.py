@@ -1,0 +1,673 @@
+"""The planner: forecasts, hints and the cluster's state in, timed orders out. Pure: ``now`` is passed in.
+
+For each model the planner finds when it is next wanted (a demand signal, a hint's window, or the first
+forecast window worth acting on), picks a node, and values each cache tier closer than where the model
+is now::
+
+    benefit(T) = P(request in window) × seconds of waiting saved by being in T × priority weight
+    cost(T)    = GB × seconds held in T × the tier's price per GB·s
+
+The tier with the best positive ``benefit - cost`` is the target. The prefetch starts ``lead`` seconds
+before the window: the hops still to do at the node's measured bandwidth, plus a margin. Candidates are
+placed most urgent first (demand, then the soonest window) into a per-node book of bytes per tier that is
+never over-committed: room is made by demoting less valuable residents one tier down (L0→L1→L2, and from
+L2 out to L3), or the target falls back one tier, or the candidate waits for a later round (deferred).
+
+Hysteresis keeps the plan from thrashing: a resident is only demoted to make room when it is worth less
+than the newcomer and was neither loaded nor used within ``min_residence_s``; a resident cools down only
+when its benefit falls below ``keep_ratio`` times its cost (a newcomer needs the full cost); and a model
+evicted as a misprediction is not fetched again within ``cooldown_s``.
+
+Order ids are a digest of (node, model, version, action, tier, time bucket of the reason), so the same
+decision taken in two rounds, or by two scheduler replicas, has the same id and is applied once.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from forecaster import ModelForecast
+from models import Catalog, ModelSpec
+from prewarm import Hint, Order, OrderAction, OrderReason, ResidentModel, SchedulerSettings, Tier
+from scheduler._cluster import CACHE_TIERS, HOP_INTO, ClusterState, NodeState
+
+__all__ = [
+    "DEMAND_SOURCE",
+    "Placement",
+    "Plan",
+    "PlannerConfig",
+    "order_id",
+    "plan",
+    "plan_detailed",
+]
+
+# A hint from this source means a request is waiting now: it pre-empts every speculative prefetch.
+DEMAND_SOURCE = "demand"
+_INF = math.inf
+
+
+def _default_prices() -> dict[Tier, float]:
+    # Per GB·s held. GPU memory is the scarcest, pinned host RAM next, NVMe is nearly free: with these a
+    # 140 GB model with a 50% chance of a request in the next 10 minutes is worth holding in L1 but not
+    # in L0, and one with a 5% chance is still worth staging on local disk.
+    return {Tier.L0: 1e-3, Tier.L1: 2e-4, Tier.L2: 1e-6}
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Knobs of the planning policy. Times in seconds."""
+
+    window_s: float = 600.0
+    """Length of the window a forecast probability is taken over, and a model is held for."""
+    horizon_s: float = 3600.0
+    """How far ahead forecasts are scanned for a window worth a timed prefetch."""
+    step_s: float = 60.0
+    """Step of that scan."""
+    lead_margin_s: float = 5.0
+    """Added to the transfer time when computing when a prefetch must start."""
+    lead_margin_frac: float = 0.2
+    """Transfer time is stretched by this fraction, for bandwidth that varies."""
+    hop_overhead_s: float = 0.5
+    """Fixed cost of each hop (allocation, open, engine hand-over) on top of bytes / bandwidth."""
+    price_per_gb_s: Mapping[Tier, float] = field(default_factory=_default_prices)
+    """Cost of holding one GB in a tier for one second, in the same unit as a weighted second waited."""
+    keep_ratio: float = 0.5
+    """A resident stays while benefit ≥ keep_ratio × cost; a newcomer needs benefit > cost (hysteresis)."""
+    min_residence_s: float = 120.0
+    """A model loaded or used this recently is never demoted to make room for a speculative prefetch."""
+    misprediction_window_s: float = 600.0
+    """A prefetched model unused this long after it was loaded is evicted from L1/L0 and counted."""
+    cooldown_s: float = 600.0
+    """A model evicted as a misprediction is not prefetched again on that node for this long."""
+    order_ttl_s: float = 120.0
+    """Deadline of demotions and evictions, counted from when they are due."""
+    id_bucket_s: float = 60.0
+    """Decisions whose reason falls in the same bucket share an order id."""
+    arrival_quantile: float = 0.1
+    """A forecast model must be in place when this share of its window's probability has passed."""
+
+    @classmethod
+    def from_settings(cls, settings: SchedulerSettings, **overrides: Any) -> PlannerConfig:
+        base = cls(
+            misprediction_window_s=settings.misprediction_window_s,
+            cooldown_s=settings.misprediction_window_s,
+            order_ttl_s=max(4 * settings.plan_interval_s, 10.0),
+        )
+        return replace(base, **overrides)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the plan puts a model (or wanted to, for a deferred one), and why."""
+
+    model: str
+    node: str
+    tier: Tier
+    reason: OrderReason
+    not_before: float
+    deadline: float
+    value: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    orders: tuple[Order, ...]
+    placements: tuple[Placement, ...]
+    """Prefetches decided in this round."""
+    deferred: tuple[Placement, ...]
+    """Prefetches worth doing that did not fit anywhere this round: they wait for room."""
+    mispredictions: tuple[tuple[str, str], ...]
+    """(node, model) pairs evicted because the prefetch served no request within the window."""
+
+
+def order_id(node: str, model: str, version: str, action: OrderAction, tier: Tier, bucket: int) -> str:
+    text = f"{node}|{model}|{version}|{action.value}|{tier.value}|{bucket}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def plan(
+    now: float,
+    forecasts: Mapping[str, ModelForecast],
+    hints: Sequence[Hint],
+    catalog: Catalog,
+    cluster: ClusterState,
+    config: PlannerConfig,
+) -> list[Order]:
+    """The orders to publish now (each timed by ``not_before``) for this state of the world."""
+    return list(plan_detailed(now, forecasts, hints, catalog, cluster, config).orders)
+
+
+# ------------------------------------------------------------------------------------------ internals
+
+
+@dataclass(frozen=True)
+class _Want:
+    """A model is wanted from ``t0`` to ``t1`` with probability ``p``."""
+
+    model: str
+    p: float
+    t0: float
+    t1: float
+    reason: OrderReason
+    demand: bool
+    key_time: float  # what the order id is bucketed by: stable across rounds for the same reason
+
+
+@dataclass
+class _Entry:
+    model: str
+    bytes: int
+    value: float  # what keeping it here is worth; a newcomer must be worth more to displace it
+    protected: bool  # placed this round, pinned, or recently loaded/used: never a victim
+    in_catalog: bool
+
+
+@dataclass
+class _Book:
+    """Bytes per tier on one node during one round; copied before a tentative placement."""
+
+    node: NodeState
+    capacity: dict[Tier, int]
+    unlisted: dict[Tier, int]
+    held: dict[Tier, dict[str, _Entry]]
+
+    def used(self, tier: Tier) -> int:
+        return self.unlisted[tier] + sum(e.bytes for e in self.held[tier].values())
+
+    def free(self, tier: Tier) -> int:
+        return self.capacity[tier] - self.used(tier)
+
+    def closest(self, model: str) -> Tier:
+        return next((t for t in CACHE_TIERS if model in self.held[t]), Tier.L3)
+
+
+@dataclass
+class _Round:
+    now: float
+    config: PlannerConfig
+    catalog: Catalog
+    books: dict[str, _Book]
+    orders: list[Order] = field(default_factory=list)
+    placements: list[Placement] = field(default_factory=list)
+    deferred: list[Placement] = field(default_factory=list)
+    mispredictions: list[tuple[str, str]] = field(default_factory=list)
+    moved: set[str] = field(default_factory=set)
+
+
+def plan_detailed(
+    now: float,
+    forecasts: Mapping[str, ModelForecast],
+    hints: Sequence[Hint],
+    catalog: Catalog,
+    cluster: ClusterState,
+    config: PlannerConfig,
+) -> Plan:
+    """``plan`` with its reasoning: placements, deferred candidates and counted mispredictions."""
+    rnd = _Round(now=now, config=config, catalog=catalog, books={})
+    wants = _wants(now, forecasts, hints, catalog, config)
+    for name in sorted(cluster.nodes):
+        rnd.books[name] = _open_book(cluster.nodes[name], now, config, catalog, wants)
+    _book_pending(rnd, cluster)
+    _evict_mispredictions(rnd, wants)
+    cooling = _cooldowns(cluster, now, config) | set(rnd.mispredictions)
+
+    candidates = []
+    for model, model_wants in wants.items():
+        spec = catalog[model]
+        best = _best_candidate(rnd, spec, model_wants, cooling)
+        if best is not None:
+            candidates.append(best)
+    # Demand first, then the soonest start, then the most value per byte.
+    candidates.sort(key=lambda c: (not c.want.demand, c.not_before, -c.value / c.spec.size_bytes, c.spec.id))
+    for candidate in candidates:
+        _place(rnd, candidate)
+    _cool_down(rnd, forecasts, hints)
+    return Plan(
+        orders=tuple(rnd.orders),
+        placements=tuple(rnd.placements),
+        deferred=tuple(rnd.deferred),
+        mispredictions=tuple(rnd.mispredictions),
+    )
+
+
+def _wants(
+    now: float,
+    forecasts: Mapping[str, ModelForecast],
+    hints: Sequence[Hint],
+    catalog: Catalog,
+    config: PlannerConfig,
+) -> dict[str, list[_Want]]:
+    """Every signal that a catalog model will be wanted; anything about other models is ignored."""
+    wants: dict[str, list[_Want]] = {}
+    for hint in hints:
+        if hint.model not in catalog:
+            continue
+        received = hint.received_at if hint.received_at is not None else now
+        expected = received + hint.eta_s
+        expires = expected + hint.ttl_s
+        if expires <= now:
+            continue
+        demand = hint.source == DEMAND_SOURCE
+        wants.setdefault(hint.model, []).append(
+            _Want(
+                model=hint.model,
+                p=hint.confidence,
+                t0=max(expected, now),
+                t1=expires,
+                reason=OrderReason.DEMAND if demand else OrderReason.HINT,
+                demand=demand,
+                key_time=expected,
+            )
+        )
+    for model, forecast in forecasts.items():
+        if model not in catalog:
+            continue
+        # Candidate windows on the forecast's bucket grid, so that the same window keeps its id.
+        start = max(now, forecast.start)
+        first = forecast.start + math.floor((start - forecast.start) / forecast.bucket_s) * forecast.bucket_s
+        step = max(config.step_s, float(forecast.bucket_s))
+        seen: set[float] = set()
+        t0 = first
+        while t0 <= now + config.horizon_s and t0 < forecast.end:
+            t1 = t0 + config.window_s
+            p = forecast.p_window(max(t0, now), t1)
+            arrival = _arrival(forecast, max(t0, now), t1, p * config.arrival_quantile)
+            if p > 0 and arrival not in seen:
+                seen.add(arrival)
+                wants.setdefault(model, []).append(
+                    _Want(
+                        model=model,
+                        p=p,
+                        t0=arrival,
+                        t1=t1,
+                        reason=OrderReason.FORECAST,
+                        demand=False,
+                        key_time=arrival,
+                    )
+                )
+            t0 += step
+    return wants
+
+
+def _arrival(forecast: ModelForecast, t0: float, t1: float, target: float) -> float:
+    """When the window's chance of a request has reached ``target``: the model must be there by then.
+
+    A window is judged by its whole probability, but a surge in its last minutes does not need the model
+    at the window's start.
+    """
+    i0 = max(0, math.floor((t0 - forecast.start) / forecast.bucket_s))
+    i1 = min(len(forecast.p_any), math.ceil((t1 - forecast.start) / forecast.bucket_s))
+    miss = 1.0
+    for i in range(i0, i1):
+        miss *= 1.0 - min(max(float(forecast.p_any[i]), 0.0), 1.0)
+        if 1.0 - miss >= target:
+            return max(t0, forecast.start + i * forecast.bucket_s)
+    return t0
+
+
+def _transfer_s(node: NodeState, size: int, into: Tier, config: PlannerConfig) -> float:
+    rate = node.bandwidth.get(HOP_INTO[into], 0.0)
+    return (size / rate if rate > 0 else _INF) + config.hop_overhead_s
+
+
+def _raw_lead(node: NodeState, size: int, frm: Tier, to: Tier, config: PlannerConfig) -> float:
+    """Seconds to move ``size`` bytes from tier ``frm`` to the closer tier ``to``."""
+    return sum(_transfer_s(node, size, t, config) for t in CACHE_TIERS if to.level <= t.level < frm.level)
+
+
+def _lead(node: NodeState, size: int, frm: Tier, to: Tier, config: PlannerConfig) -> float:
+    raw = _raw_lead(node, size, frm, to, config)
+    return raw * (1 + config.lead_margin_frac) + config.lead_margin_s if raw > 0 else 0.0
+
+
+def _net(spec: ModelSpec, want: _Want, node: NodeState, frm: Tier, to: Tier, config: PlannerConfig) -> float:
+    """benefit - cost of having ``spec`` in ``to`` (rather than ``frm``) for the wanted window."""
+    saved = _raw_lead(node, spec.size_bytes, frm, to, config)
+    benefit = want.p * saved * spec.priority.weight
+    held = (want.t1 - want.t0) + _lead(node, spec.size_bytes, frm, to, config)
+    cost = spec.size_bytes / 1e9 * held * config.price_per_gb_s.get(to, 0.0)
+    return benefit - cost
+
+
+def _keep_value(
+    spec: ModelSpec, wants: Sequence[_Want], node: NodeState, tier: Tier, now: float, config: PlannerConfig
+) -> float:
+    """What holding a resident in ``tier`` over the coming window is worth (0 with no signal)."""
+    current = [w for w in wants if w.t0 <= now + config.window_s]
+    if any(w.demand for w in current):
+        return _INF
+    best = 0.0
+    for want in current:
+        best = max(best, _net(spec, want, node, tier.farther(), tier, config))
+    return best
+
+
+def _open_book(
+    node: NodeState, now: float, config: PlannerConfig, catalog: Catalog, wants: Mapping[str, list[_Want]]
+) -> _Book:
+    held: dict[Tier, dict[str, _Entry]] = {t: {} for t in CACHE_TIERS}
+    for tier in CACHE_TIERS:
+        for r in node.residents(tier):
+            spec = catalog.get(r.model)
+            in_catalog = spec is not None and spec.version == r.version
+            value = (
+                _keep_value(spec, wants.get(r.model, []), node, tier, now, config)
+                if spec is not None and in_catalog
+                else 0.0
+            )
+            held[tier][r.model] = _Entry(
+                model=r.model,
+                bytes=r.bytes,
+                value=value,
+                protected=_protected(r, now, config) or not in_catalog,
+                in_catalog=in_catalog,
+            )
+    return _Book(
+        node=node,
+        capacity={t: node.capacity.get(t, 0) for t in CACHE_TIERS},
+        unlisted={t: node.unlisted.get(t, 0) for t in CACHE_TIERS},
+        held=held,
+    )
+
+
+def _protected(r: ResidentModel, now: float, config: PlannerConfig) -> bool:
+    if r.pins > 0:
+        return True
+    recent = [t for t in (r.last_used, r.loaded_at) if t is not None]
+    return any(now - t < config.min_residence_s for t in recent)
+
+
+def _book_pending(rnd: _Round, cluster: ClusterState) -> None:
+    """Orders already out but not yet reflected in a report hold their bytes in this round too."""
+    for order in sorted(cluster.pending, key=lambda o: (o.not_before, o.id)):
+        book = rnd.books.get(order.node)
+        spec = rnd.catalog.get(order.model)
+        if book is None or spec is None or order.deadline <= rnd.now:
+            continue
+        if order.action is OrderAction.PREFETCH:
+            for tier in CACHE_TIERS:
+                if order.tier.level <= tier.level and order.model not in book.held[tier]:
+                    book.held[tier][order.model] = _Entry(order.model, spec.size_bytes, _INF, True, True)
+        elif order.action is OrderAction.DEMOTE:
+            entry = book.held[order.tier.closer()].pop(order.model, None)
+            if entry is not None and order.tier in CACHE_TIERS:
+                book.held[order.tier].setdefault(order.model, entry)
+        else:
+            for tier in CACHE_TIERS:
+                if tier.level <= order.tier.level:
+                    book.held[tier].pop(order.model, None)
+
+
+def _cooldowns(cluster: ClusterState, now: float, config: PlannerConfig) -> set[tuple[str, str]]:
+    return {
+        (o.node, o.model)
+        for o in (*cluster.recent, *cluster.pending)
+        if o.reason is OrderReason.MISPREDICTION and now - o.not_before < config.cooldown_s
+    }
+
+
+def _evict_mispredictions(rnd: _Round, wants: Mapping[str, list[_Want]]) -> None:
+    now, config = rnd.now, rnd.config
+    for name, book in rnd.books.items():
+        for tier in (Tier.L0, Tier.L1):
+            for r in book.node.residents(tier):
+                spec = rnd.catalog.get(r.model)
+                if spec is None or spec.version != r.version or not r.prefetched or r.pins:
+                    continue
+                if r.loaded_at is None or now - r.loaded_at < config.misprediction_window_s:
+                    continue
+                # A hint or a waiting request that still covers now keeps it: that is not a misprediction.
+                if any(w.reason is not OrderReason.FORECAST and w.t0 <= now for w in wants.get(r.model, [])):
+                    continue
+                if (name, r.model) in rnd.mispredictions:
+                    continue
+                rnd.mispredictions.append((name, r.model))
+                # EVICT at L1 drops L1 and L0 and keeps the verified copy on local disk.
+                rnd.orders.append(
+                    _order(
+                        rnd,
+                        name,
+                        spec,
+                        OrderAction.EVICT,
+                        Tier.L1,
+                        OrderReason.MISPREDICTION,
+                        now,
+                        now + config.order_ttl_s,
+                        r.loaded_at,
+                    )
+                )
+                for t in (Tier.L0, Tier.L1):
+                    book.held[t].pop(r.model, None)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    spec: ModelSpec
+    want: _Want
+    node: str
+    frm: Tier
+    tier: Tier
+    value: float
+    not_before: float
+
+
+def _best_candidate(
+    rnd: _Round, spec: ModelSpec, wants: Sequence[_Want], cooling: set[tuple[str, str]]
+) -> _Candidate | None:
+    """The node, tier and want to act on for ``spec``, or None when nothing is worth doing."""
+    per_node: list[tuple[_Candidate, _Book]] = []
+    for name, book in rnd.books.items():
+        if (name, spec.id) in cooling and not any(w.demand for w in wants):
+            continue
+        frm = book.closest(spec.id)
+        best: _Candidate | None = None
+        for want in wants:
+            for tier in CACHE_TIERS:
+                if tier.level >= frm.level or book.capacity[tier] < spec.size_bytes:
+                    continue
+                net = _INF if want.demand else _net(spec, want, book.node, frm, tier, rnd.config)
+                if net <= 0:
+                    continue
+                lead = _lead(book.node, spec.size_bytes, frm, tier, rnd.config)
+                cand = _Candidate(spec, want, name, frm, tier, net, max(rnd.now, want.t0 - lead))
+                # A waiting request first; then the soonest want (a later one is planned in a later
+                # round); then the tier worth most, the closer one on a tie.
+                if best is None or _tier_key(cand) > _tier_key(best):
+                    best = cand
+        if best is not None:
+            per_node.append((best, book))
+    if not per_node:
+        return None
+    # A node that already holds the model closer wins (fewer hops), then value, then free room.
+    chosen, _ = max(
+        per_node, key=lambda cb: (-cb[0].frm.level, cb[0].value, cb[1].free(cb[0].tier), cb[0].node)
+    )
+    # Already somewhere at least as close on some node: nothing to do for this model.
+    if any(b.closest(spec.id).level <= chosen.tier.level for b in rnd.books.values()):
+        return None
+    return chosen
+
+
+def _tier_key(c: _Candidate) -> tuple[bool, float, float, int]:
+    return (c.want.demand, -c.want.t0, c.value, -c.tier.level)
+
+
+def _place(rnd: _Round, cand: _Candidate) -> None:
+    book = rnd.books[cand.node]
+    spec = cand.spec
+    value = _INF if cand.want.demand else cand.value
+    if spec.id in rnd.moved:
+        # Demoted this round to make room for something worth more: fetching it back now would thrash.
+        rnd.deferred.append(
+            Placement(spec.id, cand.node, cand.tier, cand.want.reason, cand.not_before, cand.want.t1, value)
+        )
+        return
+    # Try the target, then each tier one step farther that is still closer than where the model is.
+    tier: Tier | None = cand.tier
+    while tier is not None and tier.level < cand.frm.level:
+        trial = copy.deepcopy(book)
+        moves: list[tuple[str, Tier, Tier]] = []
+        path = [t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level]
+        if all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path):
+            for t in path:
+                trial.held[t][spec.id] = _Entry(spec.id, spec.size_bytes, value, True, True)
+            rnd.books[cand.node] = trial
+            _emit_placement(rnd, cand, tier, moves)
+            return
+        nxt = tier.farther()
+        tier = nxt if nxt in CACHE_TIERS else None
+        # A speculative fallback must still be worth its cost; a waiting request takes any tier.
+        if (
+            tier is not None
+            and not cand.want.demand
+            and _net(spec, cand.want, book.node, cand.frm, tier, rnd.config) <= 0
+        ):
+            tier = None
+    deadline = cand.want.t1
+    rnd.deferred.append(
+        Placement(spec.id, cand.node, cand.tier, cand.want.reason, cand.not_before, deadline, value)
+    )
+
+
+def _make_room(book: _Book, tier: Tier, need: int, value: float, moves: list[tuple[str, Tier, Tier]]) -> bool:
+    """Free ``need`` bytes in ``tier`` by demoting residents worth less than ``value`` one tier down."""
+    if book.free(tier) >= need:
+        return True
+    closer = [t for t in CACHE_TIERS if t.level < tier.level]
+    victims = sorted(
+        (
+            e
+            for e in book.held[tier].values()
+            if not e.protected and e.value < value and not any(e.model in book.held[t] for t in closer)
+        ),
+        key=lambda e: (e.value, -e.bytes, e.model),
+    )
+    for victim in victims:
+        if book.free(tier) >= need:
+            break
+        lower = tier.farther()
+        if lower in CACHE_TIERS and victim.model not in book.held[lower]:
+            if not _make_room(book, lower, victim.bytes, value, moves):
+                continue
+            book.held[lower][victim.model] = replace(victim, protected=True)
+        book.held[tier].pop(victim.model)
+        moves.append((victim.model, tier, lower))
+    return book.free(tier) >= need
+
+
+def _emit_placement(rnd: _Round, cand: _Candidate, tier: Tier, moves: list[tuple[str, Tier, Tier]]) -> None:
+    spec, want = cand.spec, cand.want
+    lead = _lead(rnd.books[cand.node].node, spec.size_bytes, cand.frm, tier, rnd.config)
+    not_before = max(rnd.now, want.t0 - lead)
+    for model, frm, to in moves:
+        rnd.moved.add(model)
+        victim = rnd.catalog[model]
+        # Make room when the prefetch starts, not before: a timed prefetch keeps the victim useful till then.
+        action, at = (OrderAction.DEMOTE, to) if to in CACHE_TIERS else (OrderAction.EVICT, frm)
+        rnd.orders.append(
+            _order(
+                rnd,
+                cand.node,
+                victim,
+                action,
+                at,
+                OrderReason.CAPACITY,
+                not_before,
+                want.t1 if want.t1 > not_before else not_before + rnd.config.order_ttl_s,
+                want.key_time,
+            )
+        )
+    rnd.orders.append(
+        _order(
+            rnd,
+            cand.node,
+            spec,
+            OrderAction.PREFETCH,
+            tier,
+            want.reason,
+            not_before,
+            want.t1,
+            want.key_time,
+            demand=want.demand,
+        )
+    )
+    rnd.placements.append(Placement(spec.id, cand.node, tier, want.reason, not_before, want.t1, cand.value))
+
+
+def _order(
+    rnd: _Round,
+    node: str,
+    spec: ModelSpec,
+    action: OrderAction,
+    tier: Tier,
+    reason: OrderReason,
+    not_before: float,
+    deadline: float,
+    key_time: float,
+    *,
+    demand: bool = False,
+) -> Order:
+    bucket = math.floor(key_time / rnd.config.id_bucket_s)
+    return Order(
+        id=order_id(node, spec.id, spec.version, action, tier, bucket),
+        node=node,
+        model=spec.id,
+        version=spec.version,
+        sha256=spec.sha256,
+        action=action,
+        tier=tier,
+        reason=reason,
+        not_before=not_before,
+        deadline=max(deadline, not_before + 1.0),
+        created_at=rnd.now,
+        demand=demand,
+    )
+
+
+def _cool_down(rnd: _Round, forecasts: Mapping[str, ModelForecast], hints: Sequence[Hint]) -> None:
+    """Demote a forecast model whose value in L0/L1 has fallen below ``keep_ratio`` of its cost.
+
+    Only models with a forecast cool down: with no signal at all the planner leaves a resident alone
+    and only moves it to make room.
+    """
+    now, config = rnd.now, rnd.config
+    hinted = {h.model for h in hints}
+    for name, book in rnd.books.items():
+        for tier in (Tier.L0, Tier.L1):
+            lower = tier.farther()
+            for entry in list(book.held[tier].values()):
+                forecast = forecasts.get(entry.model)
+                spec = rnd.catalog.get(entry.model)
+                if forecast is None or spec is None or entry.protected or entry.model in hinted:
+                    continue
+                if any(entry.model in book.held[t] for t in CACHE_TIERS if t.level < tier.level):
+                    continue
+                p = forecast.p_window(now, now + config.window_s)
+                saved = _raw_lead(book.node, spec.size_bytes, lower, tier, config)
+                benefit = p * saved * spec.priority.weight
+                cost = spec.size_bytes / 1e9 * config.window_s * config.price_per_gb_s.get(tier, 0.0)
+                if benefit >= config.keep_ratio * cost:
+                    continue
+                if entry.model not in book.held[lower]:
+                    if book.free(lower) < entry.bytes:
+                        continue
+                    book.held[lower][entry.model] = replace(entry, protected=True)
+                book.held[tier].pop(entry.model)
+                rnd.orders.append(
+                    _order(
+                        rnd,
+                        name,
+                        spec,
+                        OrderAction.DEMOTE,
+                        lower,
+                        OrderReason.FORECAST,
+                        now,
+                        now + config.order_ttl_s,
+                        now,
+                    )
+                )

@@ -1,0 +1,117 @@
+"""Builders shared by the scheduler tests: catalogs, node states and forecasts without ceremony."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from forecaster import ModelForecast
+from models import Catalog, ModelSpec, PriorityClass
+from prewarm import ExecutorState, Hint, ResidentModel, Tier, TierState
+from scheduler import Cluster, ClusterState
+
+GB = 10**9
+NOW = 1_800_000_000.0
+
+
+def spec(model: str, size: int, priority: PriorityClass = PriorityClass.STANDARD) -> ModelSpec:
+    return ModelSpec(
+        id=model, version="1", uri=f"file:///w/{model}.safetensors", size_bytes=size, priority=priority
+    )
+
+
+def catalog(*specs: ModelSpec) -> Catalog:
+    return Catalog(specs)
+
+
+def cluster(*names: str, l0: int = 80 * GB, l1: int = 200 * GB, l2: int = 2000 * GB) -> Cluster:
+    return Cluster.from_data(
+        {
+            "nodes": [
+                {"name": n, "gpus": [{"memory_bytes": l0}], "host_cache_bytes": l1, "disk_cache_bytes": l2}
+                for n in names
+            ],
+            "bandwidth": {"l3_bytes_per_s": "1GB/s", "l2_bytes_per_s": "7GB/s", "l1_bytes_per_s": "50GB/s"},
+        }
+    )
+
+
+def resident(
+    model: str,
+    size: int,
+    *,
+    loaded_at: float | None = None,
+    last_used: float | None = None,
+    prefetched: bool = False,
+    pins: int = 0,
+) -> ResidentModel:
+    return ResidentModel(
+        model=model,
+        version="1",
+        bytes=size,
+        loaded_at=loaded_at,
+        last_used=last_used,
+        prefetched=prefetched,
+        pins=pins,
+    )
+
+
+def report(
+    node: str,
+    tiers: dict[Tier, Iterable[ResidentModel]],
+    *,
+    capacity: dict[Tier, int],
+    at: float = NOW,
+) -> ExecutorState:
+    states = []
+    for tier in (Tier.L0, Tier.L1, Tier.L2):
+        models = list(tiers.get(tier, ()))
+        states.append(
+            TierState(
+                tier=tier,
+                capacity_bytes=capacity[tier],
+                used_bytes=sum(r.bytes for r in models),
+                resident=models,
+            )
+        )
+    return ExecutorState(node=node, at=at, tiers=states)
+
+
+def state(c: Cluster, *reports: ExecutorState) -> ClusterState:
+    return ClusterState.merge(c, {r.node: r for r in reports})
+
+
+def hint(
+    model: str,
+    *,
+    eta_s: float = 0.0,
+    ttl_s: float = 600.0,
+    confidence: float = 1.0,
+    source: str = "web",
+    at: float = NOW,
+) -> Hint:
+    return Hint(model=model, eta_s=eta_s, ttl_s=ttl_s, confidence=confidence, source=source, received_at=at)
+
+
+def flat_forecast(
+    model: str, p: float, *, start: float = NOW, buckets: int = 120, bucket_s: int = 60
+) -> ModelForecast:
+    return ModelForecast(
+        model=model,
+        start=start,
+        bucket_s=bucket_s,
+        expected=np.full(buckets, p),
+        p_any=np.full(buckets, p),
+        family="test",
+    )
+
+
+def surge_forecast(
+    model: str, surge_at: float, *, start: float = NOW, buckets: int = 120, bucket_s: int = 60, p: float = 0.9
+) -> ModelForecast:
+    times = start + bucket_s * np.arange(buckets)
+    probs = np.where(times >= surge_at, p, 0.0)
+    return ModelForecast(
+        model=model, start=start, bucket_s=bucket_s, expected=probs * 3, p_any=probs, family="test"
+    )

@@ -1,0 +1,192 @@
+from __future__ import annotations
+
+import pytest
+from scheduler_builders import (
+    GB,
+    NOW,
+    catalog,
+    cluster,
+    flat_forecast,
+    hint,
+    report,
+    resident,
+    spec,
+    state,
+    surge_forecast,
+)
+
+from models import PriorityClass
+from prewarm import ConfigError, OrderAction, OrderReason, Tier
+from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, plan, plan_detailed
+
+CONFIG = PlannerConfig()
+CAP = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
+
+
+def test_cluster_file_reads_human_sizes_and_rates() -> None:
+    c = cluster("gpu-a")
+    assert c.nodes[0].l0_bytes == 80 * GB
+    assert c.bandwidth.l2_bytes_per_s == 7e9
+
+
+def test_cluster_file_with_duplicate_nodes_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="duplicate node names"):
+        Cluster.from_data({"nodes": [{"name": "a"}, {"name": "a"}]})
+
+
+def test_executor_report_overrides_configured_capacity_and_bandwidth() -> None:
+    r = report("gpu-a", {}, capacity={Tier.L0: 10 * GB, Tier.L1: 20 * GB, Tier.L2: 30 * GB})
+    r = r.model_copy(update={"bandwidth_bytes_per_s": {"L3->L2": 2e9, "L2->L1": 0.0}})
+    node = ClusterState.merge(cluster("gpu-a"), {"gpu-a": r}).nodes["gpu-a"]
+    assert node.capacity[Tier.L1] == 20 * GB
+    assert node.bandwidth["L3->L2"] == 2e9
+    assert node.bandwidth["L2->L1"] == 7e9  # an unmeasured hop keeps the configured figure
+
+
+def test_hint_prefetches_before_any_executor_reports() -> None:
+    orders = plan(
+        NOW, {}, [hint("chat", eta_s=300)], catalog(spec("chat", 10 * GB)), state(cluster("a")), CONFIG
+    )
+    assert len(orders) == 1
+    order = orders[0]
+    assert order.action is OrderAction.PREFETCH
+    assert order.reason is OrderReason.HINT
+    assert order.tier in (Tier.L0, Tier.L1)
+    # 10 GB from L3 takes ~10 s + ~1.4 s + margins: it starts well before the eta, not at once.
+    assert NOW < order.not_before < NOW + 300
+    assert order.deadline == NOW + 300 + 600
+
+
+def test_lead_time_follows_measured_bandwidth() -> None:
+    c = cluster("a")
+    slow = report("a", {}, capacity=CAP).model_copy(update={"bandwidth_bytes_per_s": {"L3->L2": 0.1e9}})
+    fast = plan(NOW, {}, [hint("m", eta_s=900)], catalog(spec("m", 20 * GB)), state(c), CONFIG)[0]
+    slowed = plan(NOW, {}, [hint("m", eta_s=900)], catalog(spec("m", 20 * GB)), state(c, slow), CONFIG)[0]
+    assert slowed.not_before < fast.not_before - 150  # 200 s instead of 20 s for the first hop
+
+
+def test_same_decision_in_two_rounds_has_the_same_order_id() -> None:
+    cat = catalog(spec("chat", 10 * GB))
+    first = plan(NOW, {}, [hint("chat", eta_s=600)], cat, state(cluster("a")), CONFIG)
+    later = plan(NOW + 20, {}, [hint("chat", eta_s=600)], cat, state(cluster("a")), CONFIG)
+    assert [o.id for o in first] == [o.id for o in later]
+
+
+def test_pending_prefetch_is_not_issued_twice() -> None:
+    cat = catalog(spec("chat", 10 * GB))
+    first = plan(NOW, {}, [hint("chat")], cat, state(cluster("a")), CONFIG)
+    pending = ClusterState.merge(cluster("a"), {}, pending=first)
+    assert plan(NOW + 5, {}, [hint("chat")], cat, pending, CONFIG) == []
+
+
+def test_unknown_models_get_no_orders() -> None:
+    forecasts = {"ghost": flat_forecast("ghost", 0.9)}
+    assert plan(NOW, forecasts, [hint("ghost")], catalog(spec("m", GB)), state(cluster("a")), CONFIG) == []
+
+
+def test_surge_forecast_gives_a_timed_prefetch_ahead_of_the_surge() -> None:
+    surge = NOW + 1800
+    cat = catalog(spec("big", 140 * GB))
+    detailed = plan_detailed(NOW, {"big": surge_forecast("big", surge)}, [], cat, state(cluster("a")), CONFIG)
+    [order] = [o for o in detailed.orders if o.action is OrderAction.PREFETCH]
+    assert order.reason is OrderReason.FORECAST
+    assert order.tier in (Tier.L1, Tier.L0)
+    # 140 s from L3 and 20 s from L2, stretched by the margin: starts about 3 minutes ahead, not now.
+    lead = surge - order.not_before
+    assert 160 < lead < 300
+
+
+def test_unlikely_big_model_is_only_staged_on_disk() -> None:
+    cat = catalog(spec("big", 140 * GB))
+    orders = plan(NOW, {"big": flat_forecast("big", 0.01)}, [], cat, state(cluster("a")), CONFIG)
+    assert [(o.action, o.tier) for o in orders] == [(OrderAction.PREFETCH, Tier.L2)]
+
+
+def test_critical_priority_earns_a_closer_tier_than_batch() -> None:
+    for_class = {}
+    for cls in (PriorityClass.CRITICAL, PriorityClass.BATCH):
+        cat = catalog(spec("m", 140 * GB, cls))
+        [order] = plan(NOW, {"m": flat_forecast("m", 0.1)}, [], cat, state(cluster("a")), CONFIG)
+        for_class[cls] = order.tier
+    assert for_class[PriorityClass.CRITICAL].level < for_class[PriorityClass.BATCH].level
+
+
+def test_room_is_made_by_demoting_one_tier_down() -> None:
+    c = cluster("a", l0=20 * GB)
+    old = resident("old", 15 * GB, loaded_at=NOW - 3600, last_used=NOW - 1800)
+    r = report(
+        "a",
+        {Tier.L0: [old], Tier.L1: [], Tier.L2: [old]},
+        capacity={Tier.L0: 20 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB},
+    )
+    cat = catalog(spec("old", 15 * GB), spec("new", 10 * GB))
+    orders = plan(NOW, {}, [hint("new", source=DEMAND_SOURCE)], cat, state(c, r), CONFIG)
+    assert [(o.model, o.action, o.tier, o.reason) for o in orders] == [
+        ("old", OrderAction.DEMOTE, Tier.L1, OrderReason.CAPACITY),
+        ("new", OrderAction.PREFETCH, Tier.L0, OrderReason.DEMAND),
+    ]
+    assert orders[1].demand
+
+
+def test_recently_used_model_is_not_demoted_for_a_speculative_prefetch() -> None:
+    c = cluster("a", l0=20 * GB, l1=20 * GB)
+    hot = resident("hot", 15 * GB, loaded_at=NOW - 3600, last_used=NOW - 10)
+    cap = {Tier.L0: 20 * GB, Tier.L1: 20 * GB, Tier.L2: 2000 * GB}
+    r = report("a", {Tier.L0: [hot], Tier.L1: [hot], Tier.L2: [hot]}, capacity=cap)
+    cat = catalog(spec("hot", 15 * GB), spec("new", 10 * GB))
+    detailed = plan_detailed(NOW, {}, [hint("new", confidence=0.9)], cat, state(c, r), CONFIG)
+    assert all(o.model != "hot" for o in detailed.orders)
+
+
+def test_unused_prefetch_is_evicted_after_the_misprediction_window_and_counted() -> None:
+    c = cluster("a")
+    stale = resident("m", 5 * GB, loaded_at=NOW - 601, prefetched=True)
+    r = report("a", {Tier.L1: [stale], Tier.L2: [stale]}, capacity=CAP)
+    detailed = plan_detailed(NOW, {}, [], catalog(spec("m", 5 * GB)), state(c, r), CONFIG)
+    assert detailed.mispredictions == (("a", "m"),)
+    [order] = detailed.orders
+    assert (order.action, order.tier, order.reason) == (OrderAction.EVICT, Tier.L1, OrderReason.MISPREDICTION)
+
+
+def test_prefetch_inside_the_window_is_kept() -> None:
+    stale = resident("m", 5 * GB, loaded_at=NOW - 300, prefetched=True)
+    r = report("a", {Tier.L1: [stale], Tier.L2: [stale]}, capacity=CAP)
+    assert plan(NOW, {}, [], catalog(spec("m", 5 * GB)), state(cluster("a"), r), CONFIG) == []
+
+
+def test_mispredicted_model_is_not_fetched_straight_back() -> None:
+    c = cluster("a")
+    stale = resident("m", 5 * GB, loaded_at=NOW - 700, prefetched=True)
+    r = report("a", {Tier.L1: [stale], Tier.L2: [stale]}, capacity=CAP)
+    cat = catalog(spec("m", 5 * GB))
+    forecasts = {"m": flat_forecast("m", 0.9)}
+    first = plan(NOW, forecasts, [], cat, state(c, r), CONFIG)
+    assert [o.reason for o in first] == [OrderReason.MISPREDICTION]
+    gone = report("a", {Tier.L2: [stale.model_copy(update={"prefetched": False})]}, capacity=CAP)
+    again = plan(NOW + 30, forecasts, [], cat, ClusterState.merge(c, {"a": gone}, recent=first), CONFIG)
+    assert again == []
+
+
+def test_cooling_forecast_demotes_out_of_gpu_memory_but_not_a_just_loaded_one() -> None:
+    c = cluster("a")
+    cooled = resident("m", 40 * GB, loaded_at=NOW - 3600, last_used=NOW - 1800)
+    r = report("a", {Tier.L0: [cooled], Tier.L2: [cooled]}, capacity=CAP)
+    cat = catalog(spec("m", 40 * GB))
+    orders = plan(NOW, {"m": flat_forecast("m", 0.001)}, [], cat, state(c, r), CONFIG)
+    assert [(o.action, o.tier, o.reason) for o in orders] == [
+        (OrderAction.DEMOTE, Tier.L1, OrderReason.FORECAST)
+    ]
+    fresh = report("a", {Tier.L0: [cooled.model_copy(update={"loaded_at": NOW - 30})]}, capacity=CAP)
+    assert plan(NOW, {"m": flat_forecast("m", 0.001)}, [], cat, state(c, fresh), CONFIG) == []
+
+
+def test_cascading_cold_start_places_one_and_queues_the_rest() -> None:
+    c = cluster("a", l0=30 * GB, l1=30 * GB, l2=30 * GB)
+    cat = catalog(spec("x", 25 * GB), spec("y", 25 * GB), spec("z", 25 * GB))
+    hints = [hint(m, source=DEMAND_SOURCE) for m in ("x", "y", "z")]
+    detailed = plan_detailed(NOW, {}, hints, cat, state(c), CONFIG)
+    assert len(detailed.placements) == 1
+    assert sorted(p.model for p in detailed.deferred) == sorted(
+        {"x", "y", "z"} - {detailed.placements[0].model}
+    )
+    assert [o.action for o in detailed.orders] == [OrderAction.PREFETCH]

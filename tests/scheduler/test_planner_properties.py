@@ -1,0 +1,177 @@
+"""Invariants of the planner over generated clusters, catalogs, residents, hints and forecasts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scheduler_builders import GB, NOW, catalog, flat_forecast, hint, report, resident, spec, surge_forecast
+
+from forecaster import ModelForecast
+from models import Catalog
+from prewarm import Hint, Order, OrderAction, Tier
+from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, plan, plan_detailed
+
+TIERS = (Tier.L0, Tier.L1, Tier.L2)
+CONFIG = PlannerConfig()
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def apply(held: dict[Tier, dict[str, int]], orders: Sequence[Order], cat: Catalog) -> None:
+    """What an executor does with the orders, with every cache tier inclusive of the ones closer."""
+    for order in orders:
+        size = cat[order.model].size_bytes
+        if order.action is OrderAction.PREFETCH:
+            frm = next((t for t in TIERS if order.model in held[t]), Tier.L3)
+            for t in TIERS:
+                if order.tier.level <= t.level < frm.level:
+                    held[t][order.model] = size
+        elif order.action is OrderAction.DEMOTE:
+            held[order.tier.closer()].pop(order.model, None)
+            if order.tier in TIERS:
+                held[order.tier].setdefault(order.model, size)
+        else:
+            for t in TIERS:
+                if t.level <= order.tier.level:
+                    held[t].pop(order.model, None)
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> tuple[Catalog, Cluster, ClusterState, list[Hint], dict[str, ModelForecast]]:
+    names = [f"m{i}" for i in range(draw(st.integers(1, 7)))]
+    sizes = {n: draw(st.integers(1, 60)) * GB for n in names}
+    cat = catalog(*(spec(n, sizes[n]) for n in names))
+    node_names = [f"n{i}" for i in range(draw(st.integers(1, 3)))]
+    cluster = Cluster.from_data({"nodes": [{"name": n} for n in node_names]})
+    reports = {}
+    for node in node_names:
+        cap = {t: draw(st.integers(0, 120)) * GB for t in TIERS}
+        tiers: dict[Tier, list] = {t: [] for t in TIERS}
+        # Residents that fit, placed inclusively: a model in L0 is also in L1 and L2.
+        for name in names:
+            level = draw(st.sampled_from([0, 1, 2, 3, 3]))
+            path = [t for t in TIERS if t.level >= level]
+            if all(sum(r.bytes for r in tiers[t]) + sizes[name] <= cap[t] for t in path):
+                r = resident(
+                    name,
+                    sizes[name],
+                    loaded_at=NOW - draw(st.sampled_from([10, 300, 900, 4000])),
+                    last_used=draw(st.sampled_from([None, NOW - 5, NOW - 2000])),
+                    prefetched=draw(st.booleans()),
+                )
+                for t in path:
+                    tiers[t].append(r)
+        reports[node] = report(node, tiers, capacity=cap)
+    state = ClusterState.merge(cluster, reports)
+    pool = [*names, "ghost", "other/model"]
+    hints = [
+        hint(
+            draw(st.sampled_from(pool)),
+            eta_s=draw(st.sampled_from([0.0, 120.0, 1200.0])),
+            confidence=draw(st.sampled_from([0.1, 0.5, 1.0])),
+            source=draw(st.sampled_from(["web", DEMAND_SOURCE])),
+        )
+        for _ in range(draw(st.integers(0, 5)))
+    ]
+    forecasts: dict[str, ModelForecast] = {}
+    for name in draw(st.lists(st.sampled_from(pool), max_size=4, unique=True)):
+        if draw(st.booleans()):
+            forecasts[name] = flat_forecast(name, draw(st.sampled_from([0.001, 0.05, 0.5])))
+        else:
+            forecasts[name] = surge_forecast(name, NOW + draw(st.sampled_from([0, 600, 3000])))
+    return cat, cluster, state, hints, forecasts
+
+
+@SETTINGS
+@given(worlds())
+def test_capacity_is_never_exceeded_by_applying_the_orders(world: tuple) -> None:
+    cat, _, state, hints, forecasts = world
+    orders = plan(NOW, forecasts, hints, cat, state, CONFIG)
+    for name, node in state.nodes.items():
+        held = {t: {r.model: r.bytes for r in node.residents(t)} for t in TIERS}
+        apply(held, [o for o in orders if o.node == name], cat)
+        for t in TIERS:
+            assert sum(held[t].values()) <= node.capacity.get(t, 0), (name, t, held[t])
+
+
+@SETTINGS
+@given(worlds())
+def test_no_order_names_a_model_outside_the_catalog_or_an_unknown_node(world: tuple) -> None:
+    cat, _, state, hints, forecasts = world
+    for order in plan(NOW, forecasts, hints, cat, state, CONFIG):
+        assert order.model in cat
+        assert order.node in state.nodes
+        assert order.deadline > order.not_before >= NOW
+        assert order.reason is not None
+
+
+@SETTINGS
+@given(worlds())
+def test_planning_is_deterministic_and_ids_are_unique(world: tuple) -> None:
+    cat, _, state, hints, forecasts = world
+    first = plan(NOW, forecasts, hints, cat, state, CONFIG)
+    assert first == plan(NOW, forecasts, hints, cat, state, CONFIG)
+    assert len({o.id for o in first}) == len(first)
+
+
+@SETTINGS
+@given(
+    st.lists(st.integers(5, 40), min_size=1, max_size=4),
+    st.integers(5, 40),
+)
+def test_demand_pre_empts_speculative_prefetches(speculative_gb: list[int], wanted_gb: int) -> None:
+    l0 = max(sum(speculative_gb), wanted_gb) * GB
+    big = 1000 * GB
+    names = [f"s{i}" for i in range(len(speculative_gb))]
+    cat = catalog(
+        *(spec(n, g * GB) for n, g in zip(names, speculative_gb, strict=True)), spec("want", wanted_gb * GB)
+    )
+    prefetched = [
+        resident(n, g * GB, loaded_at=NOW - 300, prefetched=True)
+        for n, g in zip(names, speculative_gb, strict=True)
+    ]
+    r = report(
+        "n", {Tier.L0: prefetched, Tier.L2: prefetched}, capacity={Tier.L0: l0, Tier.L1: big, Tier.L2: big}
+    )
+    cluster = Cluster.from_data({"nodes": [{"name": "n"}]})
+    forecasts = {n: flat_forecast(n, 0.5) for n in names}  # they are even worth something
+    orders = plan(
+        NOW,
+        forecasts,
+        [hint("want", source=DEMAND_SOURCE)],
+        cat,
+        ClusterState.merge(cluster, {"n": r}),
+        CONFIG,
+    )
+    [load] = [o for o in orders if o.model == "want"]
+    assert (load.action, load.tier, load.demand) == (OrderAction.PREFETCH, Tier.L0, True)
+    assert all(o.action is OrderAction.DEMOTE for o in orders if o.model != "want")
+
+
+@SETTINGS
+@given(st.integers(3, 6), st.integers(51, 100))
+def test_cascading_cold_starts_are_placed_or_queued_never_over_committed(count: int, percent: int) -> None:
+    room = 100 * GB
+    size = room * percent // 100  # more than half: two never fit together
+    names = [f"cold{i}" for i in range(count)]
+    cat = catalog(*(spec(n, size) for n in names))
+    cluster = Cluster.from_data(
+        {
+            "nodes": [
+                {
+                    "name": "n",
+                    "gpus": [{"memory_bytes": room}],
+                    "host_cache_bytes": room,
+                    "disk_cache_bytes": room,
+                }
+            ]
+        }
+    )
+    state = ClusterState.merge(cluster, {})
+    detailed = plan_detailed(NOW, {}, [hint(n, source=DEMAND_SOURCE) for n in names], cat, state, CONFIG)
+    assert len(detailed.placements) == 1
+    assert {p.model for p in detailed.placements} | {p.model for p in detailed.deferred} == set(names)
+    held: dict[Tier, dict[str, int]] = {t: {} for t in TIERS}
+    apply(held, detailed.orders, cat)
+    assert all(sum(held[t].values()) <= room for t in TIERS)
