@@ -1,0 +1,49 @@
+"""ingest: gateway request logs from Kafka into exactly-once per-model, per-minute demand.
+
+Write side: ``IngestConsumer`` (one member of the consumer group; counts, counters and offsets commit
+in one transaction of the ``DemandStore``), ``DeadLetterWriter`` for events it cannot count, and
+``RequestLogProducer`` for gateways and replays (``replay_frame`` with ``read_trace`` or the synthetic
+``generate``).
+
+Read side, for the forecaster and the scheduler: ``DemandStore(url)`` with ``series``, ``bulk``,
+``models_seen`` and ``last_request``.
+"""
+
+from __future__ import annotations
+
+from ingest._consumer import IngestConsumer, IngestSummary
+from ingest._dlq import DeadLetter, DeadLetterWriter, decode_dead_letter
+from ingest._producer import RequestLogProducer, encode_event
+from ingest._replay import ReplayResult, replay_frame
+from ingest._store import DemandStore, OffsetConflict, OffsetUpdate, StoredOffset
+from ingest._synthetic import FAMILIES, SyntheticTrace, generate
+from ingest._traces import azure2019_minute_counts, azure_model_id, read_trace
+from ingest._window import Cell, MinuteAggregator, Verdict, WindowPolicy, aggregate, minute_of
+
+__all__ = [
+    "FAMILIES",
+    "Cell",
+    "DeadLetter",
+    "DeadLetterWriter",
+    "DemandStore",
+    "IngestConsumer",
+    "IngestSummary",
+    "MinuteAggregator",
+    "OffsetConflict",
+    "OffsetUpdate",
+    "ReplayResult",
+    "RequestLogProducer",
+    "StoredOffset",
+    "SyntheticTrace",
+    "Verdict",
+    "WindowPolicy",
+    "aggregate",
+    "azure2019_minute_counts",
+    "azure_model_id",
+    "decode_dead_letter",
+    "encode_event",
+    "generate",
+    "minute_of",
+    "read_trace",
+    "replay_frame",
+]

@@ -65,6 +65,9 @@ class KafkaSettings(_Section):
     topic_orders: str = "prewarm.orders"
     topic_executor_state: str = "prewarm.executor-state"
     kafka_client_id: str = "prewarm"
+    kafka_check_crcs: bool = Field(
+        default=False, description="verify record CRC32C on fetch (pure Python in kafka-python: slow)"
+    )
 
     @field_validator("kafka_bootstrap")
     @classmethod
@@ -128,6 +131,20 @@ class IngestSettings(_Section):
     future_tolerance_s: float = Field(default=300.0, ge=0, description="events further ahead are dead")
     batch_max_events: int = Field(default=20_000, ge=1)
     batch_max_s: float = Field(default=1.0, gt=0)
+    ingest_max_poll_records: int = Field(default=10_000, ge=1, description="records per consumer poll")
+    ingest_metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="serve Prometheus /metrics from `ingest run` on this port"
+    )
+    producer_compression: Literal["none", "gzip"] = Field(
+        default="gzip", description="request-log producer compression (gzip: the codec without extras)"
+    )
+    producer_linger_ms: int = Field(default=20, ge=0, le=10_000)
+    producer_buffer_bytes: Bytes = Field(
+        default=32 * 2**20, description="unacknowledged bytes a producer may hold before send() blocks"
+    )
+    producer_max_block_s: float = Field(
+        default=30.0, gt=0, description="how long send() blocks on a full buffer before BrokerError"
+    )
 
 
 class ForecastSettings(_Section):

@@ -1,7 +1,220 @@
-"""``prewarm ingest``: Ingest gateway request logs from Kafka into per-model per-minute demand."""
+"""``prewarm ingest``: Ingest gateway request logs from Kafka into per-model per-minute demand.
+
+Also registers ``prewarm bench ingest``. The ``ingest`` package is imported inside each command, so
+``prewarm --help`` stays fast.
+"""
 
 from __future__ import annotations
 
-from prewarm.cli._common import app_group
+import csv
+import signal
+import sys
+import threading
+from datetime import datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import typer
+
+from prewarm._exceptions import InvalidInput
+from prewarm._logging import get_logger
+from prewarm.cli._common import app_group, bench_app, settings_of, write_json
 
 app = app_group("Ingest gateway request logs from Kafka into per-model per-minute demand.")
+log = get_logger("prewarm.cli.ingest")
+
+
+def parse_time(value: str) -> float:
+    """Epoch seconds, or an ISO-8601 time with a zone (``2026-01-01T00:00:00Z``)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidInput(f"{value!r} is neither epoch seconds nor ISO-8601", reason="time") from exc
+    if parsed.tzinfo is None:
+        raise InvalidInput(f"{value!r} has no time zone", reason="time")
+    return parsed.timestamp()
+
+
+@app.command("run")
+def run(
+    ctx: typer.Context,
+    group: str | None = typer.Option(None, help="Consumer group (default: the consumer_group setting)."),
+    topic: str | None = typer.Option(None, help="Request-log topic (default: the topic_requests setting)."),
+    max_records: int | None = typer.Option(None, min=1, help="Stop once this many records are committed."),
+    idle_exit: float | None = typer.Option(
+        None, min=0, help="Stop after this many seconds without a record (one-shot catch-up)."
+    ),
+) -> None:
+    """Consume the request log into the demand store until SIGTERM/SIGINT (then flush and commit)."""
+    from ingest import DemandStore, IngestConsumer
+
+    settings = settings_of(ctx)
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("stopping: flushing the pending batch", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    if settings.ingest.ingest_metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        from prewarm._metrics import REGISTRY
+
+        start_http_server(settings.ingest.ingest_metrics_port, addr="127.0.0.1", registry=REGISTRY)
+    store = DemandStore(settings.database_url)
+    try:
+        consumer = IngestConsumer(store, settings.kafka, settings.ingest, topic=topic, group=group)
+        log.info(
+            "ingest consumer started",
+            extra={"topic": consumer.topic, "group": consumer.group, "store": repr(store)},
+        )
+        summary = consumer.run(stop, max_records=max_records, idle_exit_s=idle_exit)
+    finally:
+        store.close()
+    log.info(
+        "ingest consumer stopped",
+        extra={
+            "records": summary.records,
+            "events": summary.events,
+            "late_dropped": summary.late_dropped,
+            "dead_lettered": dict(summary.dead_lettered),
+            "batches": summary.batches,
+            "conflicts": summary.conflicts,
+        },
+    )
+
+
+@app.command("export")
+def export(
+    ctx: typer.Context,
+    since: str | None = typer.Option(None, help="Only minutes at or after this time (epoch s or ISO-8601)."),
+    csv_out: Path = typer.Option(Path("-"), "--csv", help="Output CSV ('-': stdout)."),
+) -> None:
+    """Write ``model,minute,requests,cold_starts`` (minute as epoch seconds), ordered by minute."""
+    from ingest import DemandStore
+
+    start = parse_time(since) if since is not None else None
+    store = DemandStore(settings_of(ctx).database_url)
+    try:
+        if str(csv_out) == "-":
+            _write_rows(store.minutes(since=start), sys.stdout)
+        else:
+            csv_out.parent.mkdir(parents=True, exist_ok=True)
+            with csv_out.open("w", newline="") as handle:
+                _write_rows(store.minutes(since=start), handle)
+    finally:
+        store.close()
+
+
+def _write_rows(rows: Any, handle: Any) -> None:
+    writer = csv.writer(handle, lineterminator="\n")
+    writer.writerow(["model", "minute", "requests", "cold_starts"])
+    for model, minute, requests, cold_starts, _wait in rows:
+        writer.writerow([model, minute, requests, cold_starts])
+
+
+@app.command("stats")
+def stats(
+    ctx: typer.Context,
+    group: str | None = typer.Option(None, help="Consumer group (default: the consumer_group setting)."),
+    topic: str | None = typer.Option(None, help="Request-log topic (default: the topic_requests setting)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+) -> None:
+    """Events counted, dead letters by reason, lag per partition, last event time per model."""
+    from ingest import DemandStore
+    from ingest._kafka import end_offsets
+    from prewarm._exceptions import BrokerError
+
+    settings = settings_of(ctx)
+    group = group or settings.ingest.consumer_group
+    topic = topic or settings.kafka.topic_requests
+    store = DemandStore(settings.database_url)
+    try:
+        counters = store.counters(group)
+        committed = store.load_offsets(group, topic)
+        last = store.last_requests()
+    finally:
+        store.close()
+    lag: dict[str, int | None] = {}
+    lag_error = None
+    try:
+        ends = end_offsets(settings.kafka, topic, timeout_s=5.0)
+        for partition, end in sorted(ends.items()):
+            done = committed[partition].next_offset if partition in committed else 0
+            lag[str(partition)] = max(end - done, 0)
+    except BrokerError as exc:
+        lag_error = str(exc)
+        lag = {str(p): None for p in sorted(committed)}
+    payload: dict[str, Any] = {
+        "group": group,
+        "topic": topic,
+        "records": counters.get("records", 0),
+        "events": counters.get("events", 0),
+        "late_dropped": counters.get("late_dropped", 0),
+        "dead_lettered": {
+            name.split(":", 1)[1]: value
+            for name, value in sorted(counters.items())
+            if name.startswith("dead_")
+        },
+        "committed_offsets": {str(p): o.next_offset for p, o in sorted(committed.items())},
+        "lag": lag,
+        "last_event": {model: ts for model, ts in sorted(last.items())},
+    }
+    if lag_error:
+        payload["lag_error"] = lag_error
+    if as_json:
+        write_json(payload, None)
+        return
+    typer.echo(f"group {group} on {topic}")
+    typer.echo(f"  records {payload['records']}  events {payload['events']}  late {payload['late_dropped']}")
+    for reason, n in payload["dead_lettered"].items():
+        typer.echo(f"  dead-lettered {reason}: {n}")
+    for part, value in lag.items():
+        typer.echo(f"  partition {part}: lag {'unknown' if value is None else value}")
+    if lag_error:
+        typer.echo(f"  (lag unknown: {lag_error})")
+    for model, ts in sorted(last.items()):
+        stamp = datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+        typer.echo(f"  {model}: last event {stamp}")
+
+
+@bench_app.command("ingest")
+def bench_ingest(
+    ctx: typer.Context,
+    events: int = typer.Option(200_000, min=1, help="Events to produce and consume."),
+    partitions: int = typer.Option(1, min=1, max=64, help="Partitions of the fresh topic."),
+    models: int = typer.Option(50, min=1, help="Distinct model ids in the events."),
+    compression: str = typer.Option("none", help="Producer compression: none or gzip."),
+    use_settings_store: bool = typer.Option(
+        False, "--settings-store", help="Use the configured database (default: a fresh SQLite file)."
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here ('-': stdout)."),
+) -> None:
+    """Produce N events to a fresh topic; measure the consumer into the store against a bare poll loop."""
+    from ingest._bench import BenchConfig, run_ingest_bench
+
+    if compression not in ("none", "gzip"):
+        raise InvalidInput(f"compression must be none or gzip, not {compression!r}", reason="option")
+    settings = settings_of(ctx)
+    config = BenchConfig(
+        events=events,
+        partitions=partitions,
+        models=models,
+        compression=compression,
+        database_url=settings.database_url if use_settings_store else None,
+    )
+    result = run_ingest_bench(settings.kafka, settings.ingest, config)
+    if json_out is not None:
+        write_json(result, json_out)
+    typer.echo(
+        f"ingest: {result['events_per_s']:,.0f} events/s into the store, bare poll loop "
+        f"{result['bare_consumer_events_per_s']:,.0f} events/s (ratio {result['ratio']:.2f})",
+        err=json_out is not None and str(json_out) == "-",
+    )

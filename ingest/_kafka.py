@@ -1,0 +1,103 @@
+"""kafka-python at the boundary: client construction from settings and error translation.
+
+Every kafka-python call of this package goes through ``broker_errors`` so that callers only ever see
+``prewarm.BrokerError``, with ``transient`` set when waiting and retrying can help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from prewarm._exceptions import BrokerError
+from prewarm._settings import KafkaSettings
+
+__all__ = ["broker_errors", "consumer_config", "create_topic", "end_offsets"]
+
+
+@contextmanager
+def broker_errors(what: str) -> Iterator[None]:
+    """Translate kafka-python errors raised inside the block into ``BrokerError``."""
+    try:
+        yield
+    except BrokerError:
+        raise
+    except KafkaError as exc:
+        retriable = bool(getattr(exc, "retriable", False)) or type(exc).__name__ in (
+            "NoBrokersAvailable",
+            "KafkaTimeoutError",
+            "KafkaConnectionError",
+        )
+        raise BrokerError(f"{what}: {type(exc).__name__}: {exc}", transient=retriable) from exc
+    except (OSError, ValueError) as exc:  # DNS, sockets, bad bootstrap strings
+        raise BrokerError(f"{what}: {exc}", transient=isinstance(exc, OSError)) from exc
+
+
+def consumer_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
+    """Fetch tuning shared by the ingest consumer and the bare baseline of the benchmark."""
+    config: dict[str, Any] = {
+        "bootstrap_servers": kafka.kafka_bootstrap.split(","),
+        "client_id": kafka.kafka_client_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "max_poll_records": 10_000,
+        "fetch_max_bytes": 64 * 2**20,
+        "max_partition_fetch_bytes": 8 * 2**20,
+        "fetch_min_bytes": 1,
+        "fetch_max_wait_ms": 200,
+        # kafka-python computes CRC32C in pure Python when the optional C extension is missing (it is
+        # here): checking it costs more than the rest of the consumer. TCP and the broker's own
+        # validation on produce already guard the bytes; see KafkaSettings.kafka_check_crcs.
+        "check_crcs": kafka.kafka_check_crcs,
+        "api_version_auto_timeout_ms": 10_000,
+    }
+    config.update(extra)
+    return config
+
+
+def create_topic(kafka: KafkaSettings, topic: str, partitions: int = 1) -> bool:
+    """Create ``topic`` if missing; returns whether it was created."""
+    with broker_errors(f"create topic {topic}"):
+        admin = KafkaAdminClient(
+            bootstrap_servers=kafka.kafka_bootstrap.split(","), client_id=kafka.kafka_client_id
+        )
+        try:
+            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+            return True
+        except TopicAlreadyExistsError:
+            return False
+        finally:
+            admin.close()
+
+
+def end_offsets(kafka: KafkaSettings, topic: str, timeout_s: float = 10.0) -> dict[int, int]:
+    """The log-end offset of every partition of ``topic``."""
+    from kafka import TopicPartition
+
+    with broker_errors(f"end offsets of {topic}"):
+        consumer = KafkaConsumer(
+            bootstrap_servers=kafka.kafka_bootstrap.split(","),
+            client_id=kafka.kafka_client_id,
+            enable_auto_commit=False,
+            request_timeout_ms=int(timeout_s * 1000) + 1000,
+            api_version_auto_timeout_ms=int(timeout_s * 1000),
+        )
+        try:
+            partitions = consumer.partitions_for_topic(topic) or set()
+            tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+            ends = consumer.end_offsets(tps) if tps else {}
+            return {tp.partition: int(off) for tp, off in ends.items()}
+        finally:
+            consumer.close()
+
+
+def make_producer(kafka: KafkaSettings, **config: Any) -> KafkaProducer:
+    with broker_errors("connect producer"):
+        return KafkaProducer(
+            bootstrap_servers=kafka.kafka_bootstrap.split(","), client_id=kafka.kafka_client_id, **config
+        )

@@ -1,0 +1,443 @@
+"""The demand store: per-(model, minute) counts on SQLAlchemy Core, SQLite (WAL) or PostgreSQL.
+
+Tables (created on first use, all in the URL's default schema):
+
+- ``demand_minute``: (model, minute) → requests, cold_starts, wait_ms (summed wait of the minute)
+- ``demand_model``: model → first and last event time seen (epoch ms)
+- ``ingest_offset``: (group, topic, partition) → next offset to read, and the partition's watermark
+- ``ingest_counter``: (group, name) → value: events counted, late events dropped, dead letters by reason
+
+The consumer writes one batch in one transaction: counts, counters *and* offsets. The offset update is
+a compare-and-set on the offset it read when it was assigned the partition, so a consumer that lost its
+partition without noticing (a zombie) can never commit over the new owner: its transaction fails with
+``OffsetConflict`` and is rolled back whole. That is what makes the counts exactly-once.
+
+Readers (forecaster, scheduler) use ``series``, ``bulk``, ``models_seen`` and ``last_request``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy import event as sa_event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError as SAIntegrityError
+
+from prewarm._exceptions import StorageError
+from prewarm._logging import get_logger
+
+from ._window import Cell
+
+__all__ = ["DemandStore", "OffsetConflict", "OffsetUpdate", "StoredOffset"]
+
+log = get_logger(__name__)
+
+_metadata = sa.MetaData()
+demand_minute = sa.Table(
+    "demand_minute",
+    _metadata,
+    sa.Column("model", sa.String(128), primary_key=True),
+    sa.Column("minute", sa.BigInteger, primary_key=True, doc="epoch seconds of the minute start"),
+    sa.Column("requests", sa.BigInteger, nullable=False),
+    sa.Column("cold_starts", sa.BigInteger, nullable=False),
+    sa.Column("wait_ms", sa.Float, nullable=False),
+)
+demand_model = sa.Table(
+    "demand_model",
+    _metadata,
+    sa.Column("model", sa.String(128), primary_key=True),
+    sa.Column("first_ms", sa.BigInteger, nullable=False),
+    sa.Column("last_ms", sa.BigInteger, nullable=False),
+)
+ingest_offset = sa.Table(
+    "ingest_offset",
+    _metadata,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("topic", sa.String(255), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.Column("watermark_ms", sa.BigInteger, nullable=True),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+ingest_counter = sa.Table(
+    "ingest_counter",
+    _metadata,
+    sa.Column("group_id", sa.String(255), primary_key=True),
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
+
+# Retries for errors a second attempt can fix: SQLite "database is locked", PostgreSQL deadlocks and
+# serialization failures, a dropped connection. A batch is one transaction, so a retry is safe.
+_ATTEMPTS = 5
+
+
+class OffsetConflict(StorageError):
+    """Another consumer committed this partition since we read its offset; the batch was rolled back."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOffset:
+    next_offset: int
+    watermark_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetUpdate:
+    """Move ``partition`` from ``expected`` (None: no row yet) to ``next_offset``."""
+
+    topic: str
+    partition: int
+    expected: int | None
+    next_offset: int
+    watermark_ms: int | None
+
+
+def _normalise_url(url: str) -> URL:
+    parsed = make_url(url)
+    # SQLAlchemy's default PostgreSQL driver is psycopg2; this project ships psycopg 3.
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def _transient(exc: DBAPIError) -> bool:
+    if exc.connection_invalidated:
+        return True
+    code = getattr(exc.orig, "sqlstate", None)
+    if code in ("40001", "40P01"):  # serialization failure, deadlock
+        return True
+    return "database is locked" in str(exc.orig) or "database is busy" in str(exc.orig)
+
+
+class DemandStore:
+    """Per-model per-minute demand, on any SQLAlchemy URL (SQLite in WAL mode, PostgreSQL)."""
+
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        try:
+            self._url = _normalise_url(url)
+        except SQLAlchemyError as exc:
+            raise StorageError(f"not a database URL: {url!r}") from exc
+        self.dialect = self._url.get_backend_name()
+        if self.dialect not in ("sqlite", "postgresql"):
+            raise StorageError(f"unsupported database {self.dialect!r}: use sqlite or postgresql")
+        self.engine = self._make_engine()
+        if create:
+            self.create()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _make_engine(self) -> Engine:
+        if self.dialect == "postgresql":
+            return sa.create_engine(self._url, pool_pre_ping=True, pool_size=2, max_overflow=2)
+        database = self._url.database
+        if database and database != ":memory:":
+            from pathlib import Path
+
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(self._url, connect_args={"timeout": 30})
+
+        @sa_event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # Take over transaction control from pysqlite, so writers can BEGIN IMMEDIATE (below)
+            # and never deadlock on a read-to-write lock upgrade between two processes.
+            dbapi_conn.isolation_level = None
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives a process kill
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        @sa_event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            write = conn.get_execution_options().get("prewarm_write", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+        return engine
+
+    def create(self) -> None:
+        """Create the tables if they do not exist (idempotent, safe from several processes)."""
+        try:
+            _metadata.create_all(self.engine, checkfirst=True)
+        except SAIntegrityError:
+            pass  # PostgreSQL: another process created the same table a moment ago
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot create demand tables: {exc}") from exc
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> DemandStore:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DemandStore({self._url.render_as_string(hide_password=True)!r})"
+
+    # ------------------------------------------------------------------ write path
+
+    def _insert(self, table: sa.Table) -> Any:
+        return (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(table)
+
+    def _greatest(self, a: Any, b: Any) -> Any:
+        return sa.func.greatest(a, b) if self.dialect == "postgresql" else sa.func.max(a, b)
+
+    def _least(self, a: Any, b: Any) -> Any:
+        return sa.func.least(a, b) if self.dialect == "postgresql" else sa.func.min(a, b)
+
+    def _write(
+        self, conn: Connection, cells: Mapping[tuple[str, int], Cell], last_seen: Mapping[str, int]
+    ) -> None:
+        if cells:
+            # Sorted, so two writers on PostgreSQL lock rows in the same order and cannot deadlock.
+            rows = [
+                {
+                    "model": m,
+                    "minute": t,
+                    "requests": c.requests,
+                    "cold_starts": c.cold_starts,
+                    "wait_ms": c.wait_ms,
+                }
+                for (m, t), c in sorted(cells.items())
+            ]
+            stmt = self._insert(demand_minute)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[demand_minute.c.model, demand_minute.c.minute],
+                set_={
+                    "requests": demand_minute.c.requests + stmt.excluded.requests,
+                    "cold_starts": demand_minute.c.cold_starts + stmt.excluded.cold_starts,
+                    "wait_ms": demand_minute.c.wait_ms + stmt.excluded.wait_ms,
+                },
+            )
+            conn.execute(stmt, rows)
+        if last_seen:
+            rows = [{"model": m, "first_ms": ts, "last_ms": ts} for m, ts in sorted(last_seen.items())]
+            stmt = self._insert(demand_model)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[demand_model.c.model],
+                set_={
+                    "first_ms": self._least(demand_model.c.first_ms, stmt.excluded.first_ms),
+                    "last_ms": self._greatest(demand_model.c.last_ms, stmt.excluded.last_ms),
+                },
+            )
+            conn.execute(stmt, rows)
+
+    def _bump(self, conn: Connection, group: str, counters: Mapping[str, int]) -> None:
+        rows = [{"group_id": group, "name": k, "value": v} for k, v in sorted(counters.items()) if v]
+        if not rows:
+            return
+        stmt = self._insert(ingest_counter)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[ingest_counter.c.group_id, ingest_counter.c.name],
+            set_={"value": ingest_counter.c.value + stmt.excluded.value},
+        )
+        conn.execute(stmt, rows)
+
+    def _move_offsets(
+        self, conn: Connection, group: str, updates: Sequence[OffsetUpdate], now: float
+    ) -> None:
+        t = ingest_offset
+        for u in sorted(updates, key=lambda u: (u.topic, u.partition)):
+            values = {"next_offset": u.next_offset, "watermark_ms": u.watermark_ms, "updated_at": now}
+            if u.expected is None:
+                try:
+                    # A failed insert aborts the whole transaction, which is what a conflict wants.
+                    conn.execute(
+                        sa.insert(t).values(group_id=group, topic=u.topic, partition=u.partition, **values)
+                    )
+                except SAIntegrityError as exc:
+                    raise OffsetConflict(
+                        f"{u.topic}[{u.partition}] was committed by another consumer"
+                    ) from exc
+                continue
+            result = conn.execute(
+                sa.update(t)
+                .where(
+                    t.c.group_id == group,
+                    t.c.topic == u.topic,
+                    t.c.partition == u.partition,
+                    t.c.next_offset == u.expected,
+                )
+                .values(**values)
+            )
+            if result.rowcount != 1:
+                raise OffsetConflict(
+                    f"{u.topic}[{u.partition}] moved past {u.expected}: another consumer committed it"
+                )
+
+    def commit_batch(
+        self,
+        group: str,
+        cells: Mapping[tuple[str, int], Cell],
+        last_seen_ms: Mapping[str, int],
+        offsets: Sequence[OffsetUpdate],
+        counters: Mapping[str, int] | None = None,
+        *,
+        now: float | None = None,
+    ) -> None:
+        """Add counts, counters and move offsets in one transaction; all or nothing.
+
+        Raises ``OffsetConflict`` (nothing written) when another consumer moved one of the offsets.
+        """
+        stamp = time.time() if now is None else now
+
+        def body(conn: Connection) -> None:
+            # Offsets first: a conflict aborts before any count is written.
+            self._move_offsets(conn, group, offsets, stamp)
+            self._write(conn, cells, last_seen_ms)
+            self._bump(conn, group, counters or {})
+
+        self._transaction(body)
+
+    def add_counts(self, cells: Mapping[tuple[str, int], Cell], last_seen_ms: Mapping[str, int]) -> None:
+        """Add counts without offsets (backfills, tests): not exactly-once by itself.
+
+        A model of ``cells`` missing from ``last_seen_ms`` is recorded as seen at the start of its
+        newest minute, so that ``models_seen`` always lists every model with counts.
+        """
+        seen = dict(last_seen_ms)
+        for model, minute in cells:
+            if model not in last_seen_ms:
+                seen[model] = max(seen.get(model, 0), minute * 1000)
+        self._transaction(lambda conn: self._write(conn, cells, seen))
+
+    def _transaction(self, body: Callable[[Connection], None]) -> None:
+        delay = 0.05
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                with self.engine.connect().execution_options(prewarm_write=True) as conn, conn.begin():
+                    body(conn)
+                return
+            except OffsetConflict:
+                raise
+            except DBAPIError as exc:
+                if attempt < _ATTEMPTS and _transient(exc):
+                    log.warning(
+                        "store write failed, retrying", extra={"attempt": attempt, "error": str(exc.orig)}
+                    )
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                raise StorageError(f"demand store write failed: {exc.orig}") from exc
+            except SQLAlchemyError as exc:
+                raise StorageError(f"demand store write failed: {exc}") from exc
+
+    # ------------------------------------------------------------------ offsets and counters
+
+    def load_offsets(self, group: str, topic: str) -> dict[int, StoredOffset]:
+        t = ingest_offset
+        rows = self._read(
+            sa.select(t.c.partition, t.c.next_offset, t.c.watermark_ms).where(
+                t.c.group_id == group, t.c.topic == topic
+            )
+        )
+        return {int(p): StoredOffset(int(o), None if w is None else int(w)) for p, o, w in rows}
+
+    def counters(self, group: str) -> dict[str, int]:
+        t = ingest_counter
+        rows = self._read(sa.select(t.c.name, t.c.value).where(t.c.group_id == group))
+        return {str(n): int(v) for n, v in rows}
+
+    def groups(self) -> list[str]:
+        t = ingest_offset
+        return sorted(str(g) for (g,) in self._read(sa.select(t.c.group_id).distinct()))
+
+    # ------------------------------------------------------------------ read API
+
+    def _read(self, stmt: Any) -> list[Any]:
+        try:
+            with self.engine.connect() as conn:
+                return list(conn.execute(stmt).all())
+        except SQLAlchemyError as exc:
+            raise StorageError(f"demand store read failed: {exc}") from exc
+
+    def models_seen(self) -> list[str]:
+        """Every model with at least one counted request, sorted."""
+        return sorted(str(m) for (m,) in self._read(sa.select(demand_model.c.model)))
+
+    def last_request(self, model: str) -> float | None:
+        """Event time (epoch seconds) of the newest counted request of ``model``, or None."""
+        rows = self._read(sa.select(demand_model.c.last_ms).where(demand_model.c.model == model))
+        return rows[0][0] / 1000.0 if rows else None
+
+    def last_requests(self) -> dict[str, float]:
+        rows = self._read(sa.select(demand_model.c.model, demand_model.c.last_ms))
+        return {str(m): ts / 1000.0 for m, ts in rows}
+
+    @staticmethod
+    def _grid(start: float, end: float, step: int) -> np.ndarray:
+        if step <= 0 or step % 60:
+            raise ValueError(f"step must be a positive multiple of 60 seconds, not {step}")
+        first = int(start // step) * step
+        return np.arange(first, int(np.ceil(end)), step, dtype=np.int64)
+
+    def series(self, model: str, start: float, end: float, step: int = 60) -> pd.Series:
+        """Requests of ``model`` per step in ``[start, end)``, zero-filled.
+
+        The index holds the epoch seconds (int) at which each step starts; steps are aligned to
+        multiples of ``step`` since the epoch, so the first one holds ``start``.
+        """
+        frame = self.bulk([model], start, end, step)
+        return frame[model].rename(model)
+
+    def bulk(self, models: Sequence[str] | None, start: float, end: float, step: int = 60) -> pd.DataFrame:
+        """Requests per step for many models at once: index as in ``series``, one column per model.
+
+        ``models=None`` means every model seen. Columns follow the order of ``models``.
+        """
+        grid = self._grid(start, end, step)
+        names = list(models) if models is not None else self.models_seen()
+        frame = pd.DataFrame(0, index=pd.Index(grid, name="ts"), columns=pd.Index(names), dtype=np.int64)
+        if not len(grid) or not names:
+            return frame
+        first, stop = int(grid[0]), int(grid[-1]) + step
+        t = demand_minute
+        stmt = sa.select(t.c.model, t.c.minute, t.c.requests).where(t.c.minute >= first, t.c.minute < stop)
+        if models is not None:
+            stmt = stmt.where(t.c.model.in_(names))
+        rows = self._read(stmt)
+        if not rows:
+            return frame
+        raw = pd.DataFrame(rows, columns=["model", "minute", "requests"])
+        raw["ts"] = (raw["minute"].astype(np.int64) // step) * step
+        summed = raw.groupby(["ts", "model"])["requests"].sum().unstack("model", fill_value=0)
+        summed = summed.reindex(index=grid, columns=names, fill_value=0).astype(np.int64)
+        summed.index.name = "ts"
+        summed.columns = pd.Index(names)
+        return summed
+
+    def minutes(
+        self, since: float | None = None, model: str | None = None
+    ) -> Iterator[tuple[str, int, int, int, float]]:
+        """Rows ``(model, minute, requests, cold_starts, wait_ms)`` of the minutes from ``since`` on."""
+        t = demand_minute
+        stmt = sa.select(t.c.model, t.c.minute, t.c.requests, t.c.cold_starts, t.c.wait_ms).order_by(
+            t.c.minute, t.c.model
+        )
+        if since is not None:
+            stmt = stmt.where(t.c.minute >= math.ceil(since))
+        if model is not None:
+            stmt = stmt.where(t.c.model == model)
+        try:
+            with self.engine.connect() as conn:
+                for m, minute, req, cold, wait in conn.execute(stmt.execution_options(yield_per=5000)):
+                    yield str(m), int(minute), int(req), int(cold), float(wait)
+        except SQLAlchemyError as exc:
+            raise StorageError(f"demand store read failed: {exc}") from exc
+
+    def totals(self) -> dict[str, int]:
+        """Requests per model over all time."""
+        t = demand_minute
+        rows = self._read(sa.select(t.c.model, sa.func.sum(t.c.requests)).group_by(t.c.model))
+        return {str(m): int(n) for m, n in rows}

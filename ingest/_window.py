@@ -1,0 +1,129 @@
+"""Event-time minute windows: pure aggregation of request events into per-(model, minute) counts.
+
+Lateness is judged against a per-partition *watermark*, the newest event time already seen in that
+partition, not against the wall clock: replaying last month's trace is not "late", but an event that
+arrives ``lateness_s`` behind the newest one in its partition is. The watermark is stored with the
+partition's offset, so a consumer that restarts judges every event exactly as a consumer that never
+stopped would. Only the "too far in the future" check uses ``now``, which is always passed in.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prewarm._schemas import RequestEvent
+
+__all__ = ["Cell", "MinuteAggregator", "Verdict", "WindowPolicy", "aggregate", "minute_of"]
+
+MINUTE_S = 60
+
+
+def minute_of(ts_ms: int) -> int:
+    """Epoch seconds of the start of the minute that holds ``ts_ms`` (epoch milliseconds)."""
+    return (ts_ms // 60_000) * MINUTE_S
+
+
+class Verdict(enum.Enum):
+    COUNTED = "counted"
+    LATE = "late"  # older than the watermark minus the lateness: counted as dropped, not stored
+    FUTURE = "future"  # beyond now + tolerance: a dead letter
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPolicy:
+    lateness_s: float = 600.0
+    future_tolerance_s: float = 300.0
+
+
+@dataclass(slots=True)
+class Cell:
+    """What one (model, minute) accumulates."""
+
+    requests: int = 0
+    cold_starts: int = 0
+    wait_ms: float = 0.0
+
+    def merge(self, other: Cell) -> None:
+        self.requests += other.requests
+        self.cold_starts += other.cold_starts
+        self.wait_ms += other.wait_ms
+
+
+@dataclass(slots=True)
+class MinuteAggregator:
+    """Counts of one batch. ``watermarks`` (per partition, epoch ms) carry over from batch to batch."""
+
+    policy: WindowPolicy = field(default_factory=WindowPolicy)
+    cells: dict[tuple[str, int], Cell] = field(default_factory=dict)
+    last_seen_ms: dict[str, int] = field(default_factory=dict)
+    counted: int = 0
+    late: int = 0
+    future: int = 0
+
+    def add(self, event: RequestEvent, watermark_ms: int | None, now: float) -> tuple[Verdict, int | None]:
+        """Classify and count one event; returns the verdict and the partition's new watermark."""
+        ts = event.ts
+        if ts > (now + self.policy.future_tolerance_s) * 1000.0:
+            self.future += 1
+            return Verdict.FUTURE, watermark_ms
+        if watermark_ms is not None and ts < watermark_ms - self.policy.lateness_s * 1000.0:
+            self.late += 1
+            return Verdict.LATE, watermark_ms
+        key = (event.model, minute_of(ts))
+        cell = self.cells.get(key)
+        if cell is None:
+            cell = self.cells[key] = Cell()
+        cell.requests += 1
+        if event.cold_start:
+            cell.cold_starts += 1
+        if event.wait_ms:
+            cell.wait_ms += event.wait_ms
+        seen = self.last_seen_ms.get(event.model)
+        if seen is None or ts > seen:
+            self.last_seen_ms[event.model] = ts
+        self.counted += 1
+        if watermark_ms is None or ts > watermark_ms:
+            watermark_ms = ts
+        return Verdict.COUNTED, watermark_ms
+
+    def merge(self, other: MinuteAggregator) -> None:
+        for key, cell in other.cells.items():
+            mine = self.cells.get(key)
+            if mine is None:
+                self.cells[key] = Cell(cell.requests, cell.cold_starts, cell.wait_ms)
+            else:
+                mine.merge(cell)
+        for model, ts in other.last_seen_ms.items():
+            if ts > self.last_seen_ms.get(model, ts - 1):
+                self.last_seen_ms[model] = ts
+        self.counted += other.counted
+        self.late += other.late
+        self.future += other.future
+
+    @property
+    def empty(self) -> bool:
+        return not (self.counted or self.late or self.future)
+
+
+def aggregate(
+    events: Iterable[RequestEvent],
+    *,
+    now: float,
+    watermark_ms: int | None = None,
+    policy: WindowPolicy | None = None,
+) -> tuple[MinuteAggregator, int | None]:
+    """Aggregate events of one partition, in order; returns the counts and the final watermark."""
+    agg = MinuteAggregator(policy or WindowPolicy())
+    for event in events:
+        _, watermark_ms = agg.add(event, watermark_ms, now)
+    return agg, watermark_ms
+
+
+def totals(cells: Mapping[tuple[str, int], Cell]) -> dict[str, int]:
+    """Requests per model over all minutes (a convenience for checks and stats)."""
+    out: dict[str, int] = {}
+    for (model, _), cell in cells.items():
+        out[model] = out.get(model, 0) + cell.requests
+    return out

@@ -1,0 +1,95 @@
+"""Event-time minute windows: pure functions, checked with examples and Hypothesis invariants."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest import MinuteAggregator, Verdict, WindowPolicy, aggregate, minute_of
+from prewarm import RequestEvent, Tier
+
+NOW = 1_800_000_000.0  # epoch seconds; every test passes its own "now"
+
+
+def ev(ts_ms: int, model: str = "m", **kw: object) -> RequestEvent:
+    return RequestEvent.model_validate({"ts": ts_ms, "model": model, **kw})
+
+
+def test_minute_of_floors_to_the_minute_start() -> None:
+    assert minute_of(60_000) == 60
+    assert minute_of(119_999) == 60
+    assert minute_of(0) == 0
+
+
+def test_cold_starts_and_wait_are_summed_per_model_minute() -> None:
+    events = [
+        ev(60_000, served_from="L0"),
+        ev(61_000, served_from="L2", wait_ms=1500.0),
+        ev(62_000, wait_ms=500.0),
+        ev(62_500, model="other"),
+    ]
+    agg, watermark = aggregate(events, now=NOW)
+    cell = agg.cells[("m", 60)]
+    assert (cell.requests, cell.cold_starts, cell.wait_ms) == (3, 2, 2000.0)
+    assert agg.cells[("other", 60)].requests == 1
+    assert watermark == 62_500
+    assert agg.last_seen_ms == {"m": 62_000, "other": 62_500}
+
+
+def test_event_within_lateness_is_counted_older_is_dropped() -> None:
+    policy = WindowPolicy(lateness_s=600, future_tolerance_s=300)
+    newest = 10_000_000
+    events = [ev(newest), ev(newest - 599_000), ev(newest - 601_000)]
+    agg, watermark = aggregate(events, now=NOW, policy=policy)
+    assert agg.counted == 2
+    assert agg.late == 1
+    assert watermark == newest
+
+
+def test_event_too_far_in_the_future_is_not_counted_and_does_not_move_the_watermark() -> None:
+    agg = MinuteAggregator(WindowPolicy(lateness_s=600, future_tolerance_s=300))
+    verdict, watermark = agg.add(ev(int((NOW + 301) * 1000)), None, NOW)
+    assert verdict is Verdict.FUTURE
+    assert watermark is None
+    verdict, _ = agg.add(ev(int((NOW + 299) * 1000)), None, NOW)
+    assert verdict is Verdict.COUNTED
+
+
+def test_replayed_history_is_not_late_against_the_wall_clock() -> None:
+    long_ago = 1_563_148_800_000  # 2019
+    agg, _ = aggregate([ev(long_ago), ev(long_ago + 1)], now=NOW)
+    assert agg.counted == 2
+
+
+def test_served_from_l0_without_wait_is_not_a_cold_start() -> None:
+    agg, _ = aggregate([ev(0, served_from=Tier.L0), ev(1)], now=NOW)
+    assert agg.cells[("m", 0)].cold_starts == 0
+
+
+timestamps = st.lists(st.integers(min_value=0, max_value=3_600_000), min_size=0, max_size=200)
+
+
+@settings(max_examples=60, deadline=None)
+@given(timestamps, st.integers(min_value=0, max_value=200))
+def test_splitting_a_partition_into_batches_never_changes_the_counts(ts: list[int], cut: int) -> None:
+    """The consumer commits a partition batch by batch, carrying the watermark: same result as one go."""
+    policy = WindowPolicy(lateness_s=120, future_tolerance_s=0)
+    events = [ev(t, model=f"m{t % 3}") for t in ts]
+    now = 3_600.0
+    whole, wm_whole = aggregate(events, now=now, policy=policy)
+    first, wm = aggregate(events[:cut], now=now, policy=policy)
+    second, wm = aggregate(events[cut:], now=now, policy=policy, watermark_ms=wm)
+    first.merge(second)
+    assert wm == wm_whole
+    assert {k: (c.requests, c.cold_starts) for k, c in first.cells.items()} == {
+        k: (c.requests, c.cold_starts) for k, c in whole.cells.items()
+    }
+    assert (first.counted, first.late) == (whole.counted, whole.late)
+
+
+@settings(max_examples=60, deadline=None)
+@given(timestamps)
+def test_every_event_is_counted_or_late_exactly_once(ts: list[int]) -> None:
+    agg, _ = aggregate([ev(t) for t in ts], now=3_600.0, policy=WindowPolicy(60, 0))
+    assert agg.counted + agg.late == len(ts)
+    assert sum(c.requests for c in agg.cells.values()) == agg.counted
