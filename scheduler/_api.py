@@ -1,0 +1,217 @@
+"""The hint API: product pages say a model will be wanted; operators read the plan.
+
+``POST /v1/hints`` needs a bearer token (a full token of its source, or a publishable one that browsers
+may hold, limited to hints and optionally to listed models). Every error is JSON ``{"error", "message"}``:
+401 no token, 403 wrong token or not allowed, 404 unknown model, 413 body too large, 422 invalid,
+429 rate-limited (with ``Retry-After``). Reads are open: they reveal the plan, never a token.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from prewarm import Hint, SchedulerSettings, UnknownModel, __version__, get_logger
+from prewarm._metrics import counter, render
+from scheduler._auth import Authenticator, Forbidden, RateLimiter, Unauthorized
+from scheduler._core import SchedulerCore
+
+__all__ = ["create_app"]
+
+log = get_logger(__name__)
+
+_HINTS = counter(
+    "prewarm_scheduler_hints_total", "Hint requests by source and HTTP status.", ["source", "status"]
+)
+_ERROR_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    422: "invalid",
+    429: "rate_limited",
+    503: "not_ready",
+}
+# What a client may send: the Hint wire schema minus the field the scheduler stamps itself.
+_HINT_BODY_SCHEMA = {
+    k: v for k, v in Hint.model_json_schema().items() if k not in {"title", "description"}
+} | {"properties": {k: v for k, v in Hint.model_json_schema()["properties"].items() if k != "received_at"}}
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": _ERROR_CODES.get(status, "error"), "message": message}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def create_app(
+    core: SchedulerCore,
+    settings: SchedulerSettings,
+    *,
+    ready: Callable[[], tuple[bool, str]] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> FastAPI:
+    """The ASGI app over ``core``. ``ready`` says whether the runtime behind it is up (for /readyz)."""
+    auth = Authenticator(settings.hint_tokens, settings.publishable_tokens)
+    limiter = RateLimiter(settings.hint_rate_per_s, settings.hint_burst)
+    max_body = settings.max_body_bytes
+    app = FastAPI(
+        title="prewarm scheduler",
+        version=__version__,
+        description="Business hints in; the prefetch plan out.",
+    )
+    origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    if origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+            max_age=600,
+        )
+
+    @app.exception_handler(_ApiError)
+    async def _api_error(request: Request, exc: _ApiError) -> JSONResponse:
+        return _error(exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, _describe(exc.errors()))
+
+    @app.post(
+        "/v1/hints",
+        status_code=202,
+        summary="Say that a model will probably be wanted soon",
+        openapi_extra={
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _HINT_BODY_SCHEMA}}},
+            "security": [{"bearer": []}],
+        },
+        responses={s: {"description": _ERROR_CODES[s]} for s in (401, 403, 404, 413, 422, 429)},
+    )
+    async def post_hint(request: Request) -> JSONResponse:
+        source = "-"
+        try:
+            declared = request.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > max_body:
+                raise _ApiError(413, f"body larger than {max_body} bytes")
+            try:
+                principal = auth.authenticate(request.headers.get("authorization"))
+            except Unauthorized as exc:
+                raise _ApiError(401, str(exc), {"WWW-Authenticate": "Bearer"}) from None
+            except Forbidden as exc:
+                raise _ApiError(403, str(exc)) from None
+            source = principal.source
+            wait = limiter.acquire(source, clock())
+            if wait > 0:
+                retry = str(max(1, math.ceil(wait)))
+                raise _ApiError(429, f"source {source!r} is over its hint rate", {"Retry-After": retry})
+            raw = await _read_limited(request, max_body)
+            hint = _parse_hint(raw, source)
+            if not principal.may_hint(hint.model):
+                raise _ApiError(403, f"this token may not post hints for {hint.model!r}")
+            try:
+                stamped, orders = core.add_hint(hint)
+            except UnknownModel as exc:
+                raise _ApiError(404, str(exc)) from None
+        except _ApiError as exc:
+            _HINTS.labels(source, str(exc.status)).inc()
+            raise
+        _HINTS.labels(source, "202").inc()
+        body = {
+            "hint": stamped.model_dump(mode="json"),
+            "orders": [o.model_dump(mode="json") for o in orders],
+        }
+        return JSONResponse(body, status_code=202)
+
+    @app.get("/v1/hints", summary="Hints whose window has not passed")
+    def get_hints() -> dict[str, Any]:
+        return {"hints": [h.model_dump(mode="json") for h in core.hints()]}
+
+    @app.get("/v1/plan", summary="Planned tier per model, deferred prefetches and upcoming orders")
+    def get_plan() -> dict[str, Any]:
+        return core.plan_view()
+
+    @app.get("/v1/models/{model_id:path}", summary="Forecast, tier per node and recent orders of one model")
+    def get_model(model_id: str) -> dict[str, Any]:
+        try:
+            return core.model_view(model_id)
+        except UnknownModel as exc:
+            raise _ApiError(404, str(exc)) from None
+
+    @app.get("/healthz", summary="The process is alive")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="The scheduler can take hints and publish orders")
+    def readyz() -> JSONResponse:
+        ok, why = ready() if ready is not None else (True, "ok")
+        return JSONResponse(
+            {"status": "ready" if ok else "not_ready", "message": why}, status_code=200 if ok else 503
+        )
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    def metrics() -> Response:
+        return Response(render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    """The body, refused as soon as it passes ``limit`` (a chunked body declares no length)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _ApiError(413, f"body larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse_hint(raw: bytes, source: str) -> Hint:
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _ApiError(422, f"body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise _ApiError(422, "body must be a JSON object")
+    if "received_at" in data:
+        raise _ApiError(422, "received_at: set by the scheduler, not by clients")
+    claimed = data.setdefault("source", source)
+    if claimed != source:
+        raise _ApiError(403, f"this token is for source {source!r}, not {claimed!r}")
+    try:
+        return Hint.model_validate(data)
+    except ValidationError as exc:
+        raise _ApiError(422, _describe(exc.errors())) from None
+
+
+def _describe(errors: Any) -> str:
+    parts = []
+    for err in list(errors)[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"

@@ -1,0 +1,248 @@
+"""The scheduler's state between planning rounds, and the one place a round is run.
+
+Hints, the latest report of each executor, the orders already handed out and the latest forecasts live
+here behind one lock. ``replan`` runs the pure planner over them and hands only *new* orders (by id) to
+``dispatch``, which the runtime wires to its timed publisher and the tests to a list. Slow inputs
+(forecasts, recent demand) are refreshed by the runtime's interval job and cached here, so a hint
+triggers a round that costs only the planner itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from forecaster import ModelForecast
+from models import Catalog
+from prewarm import ExecutorState, Hint, Order, OrderAction, OrderReason, Tier, UnknownModel, get_logger
+from prewarm._metrics import counter, gauge, histogram
+from scheduler._cluster import CACHE_TIERS, Cluster, ClusterState
+from scheduler._planner import Plan, PlannerConfig, plan_detailed
+
+__all__ = ["SchedulerCore"]
+
+log = get_logger(__name__)
+
+_ORDERS = counter(
+    "prewarm_scheduler_orders_total", "Orders handed out, by action and reason.", ["action", "reason"]
+)
+_MISPREDICTIONS = counter(
+    "prewarm_scheduler_mispredictions_total", "Prefetches evicted unused after the misprediction window."
+)
+_PLAN_SECONDS = histogram(
+    "prewarm_scheduler_plan_seconds",
+    "Time of one planning round.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+_DEFERRED = gauge("prewarm_scheduler_deferred_models", "Prefetches worth doing that wait for room.")
+_HINTS_ACTIVE = gauge("prewarm_scheduler_hints_active", "Hints whose window has not passed.")
+
+
+@dataclass(frozen=True)
+class _Known:
+    order: Order
+    settled: bool  # reflected in a report or answered by an outcome: no longer books bytes
+
+
+class SchedulerCore:
+    """Thread-safe planning state. ``dispatch`` receives each new order exactly once."""
+
+    def __init__(
+        self,
+        *,
+        catalog: Catalog,
+        cluster: Cluster,
+        config: PlannerConfig,
+        dispatch: Callable[[Sequence[Order]], None],
+        clock: Callable[[], float] = time.time,
+        max_hints: int = 10_000,
+    ) -> None:
+        self.catalog = catalog
+        self.cluster = cluster
+        self.config = config
+        self._dispatch = dispatch
+        self._clock = clock
+        self._max_hints = max_hints
+        self._lock = threading.RLock()
+        self._hints: list[Hint] = []
+        self._demand: list[Hint] = []
+        self._forecasts: Mapping[str, ModelForecast] = {}
+        self._reports: dict[str, ExecutorState] = {}
+        self._known: dict[str, _Known] = {}
+        self._last: Plan | None = None
+        self._last_at: float | None = None
+
+    # ------------------------------------------------------------------ inputs
+
+    def now(self) -> float:
+        return self._clock()
+
+    def add_hint(self, hint: Hint) -> tuple[Hint, list[Order]]:
+        """Record a hint (stamped with the time it arrived) and plan at once; the new orders for its model."""
+        if hint.model not in self.catalog:
+            raise UnknownModel(hint.model)
+        now = self._clock()
+        stamped = hint.model_copy(update={"received_at": now})
+        with self._lock:
+            self._hints = [h for h in self._hints if _expires(h) > now]
+            if len(self._hints) >= self._max_hints:
+                self._hints.pop(0)  # the oldest goes first: a flood cannot grow memory without bound
+            self._hints.append(stamped)
+            orders = self._replan_locked(now)
+        return stamped, [o for o in orders if o.model == hint.model]
+
+    def set_signals(
+        self, *, forecasts: Mapping[str, ModelForecast] | None = None, demand: Sequence[Hint] | None = None
+    ) -> None:
+        """Replace the cached forecasts and demand hints (refreshed by the interval job)."""
+        with self._lock:
+            if forecasts is not None:
+                self._forecasts = dict(forecasts)
+            if demand is not None:
+                self._demand = list(demand)
+
+    def observe(self, report: ExecutorState) -> None:
+        """Keep the newest report of each node; settle the orders it shows done."""
+        with self._lock:
+            current = self._reports.get(report.node)
+            if current is not None and current.at > report.at:
+                return
+            self._reports[report.node] = report
+
+    # ------------------------------------------------------------------ planning
+
+    def replan(self) -> list[Order]:
+        """One planning round now; returns (and dispatches) the orders not handed out before."""
+        with self._lock:
+            return self._replan_locked(self._clock())
+
+    def _replan_locked(self, now: float) -> list[Order]:
+        started = time.perf_counter()
+        self._settle(now)
+        hints = [h for h in (*self._hints, *self._demand) if _expires(h) > now]
+        _HINTS_ACTIVE.set(len(self._hints))
+        pending = [k.order for k in self._known.values() if not k.settled and k.order.deadline > now]
+        recent = [k.order for k in self._known.values()]
+        state = ClusterState.merge(self.cluster, self._reports, pending=pending, recent=recent)
+        result = plan_detailed(now, self._forecasts, hints, self.catalog, state, self.config)
+        self._last, self._last_at = result, now
+        fresh = [o for o in result.orders if o.id not in self._known]
+        for order in fresh:
+            self._known[order.id] = _Known(order, settled=False)
+            _ORDERS.labels(order.action.value, order.reason.value).inc()
+            if order.reason is OrderReason.MISPREDICTION:
+                _MISPREDICTIONS.inc()
+        _DEFERRED.set(len(result.deferred))
+        _PLAN_SECONDS.observe(time.perf_counter() - started)
+        if fresh:
+            self._dispatch(fresh)
+        return fresh
+
+    def _settle(self, now: float) -> None:
+        horizon = max(self.config.cooldown_s, self.config.misprediction_window_s)
+        answered = {o.order_id for r in self._reports.values() for o in r.recent_outcomes}
+        for oid, known in list(self._known.items()):
+            if known.order.deadline < now - horizon:
+                del self._known[oid]  # long past: no longer needed even for cool-downs
+            elif not known.settled and (oid in answered or _reflected(known.order, self._reports)):
+                self._known[oid] = _Known(known.order, settled=True)
+
+    # ------------------------------------------------------------------ views (for the API)
+
+    def hints(self) -> list[Hint]:
+        now = self._clock()
+        with self._lock:
+            return [h for h in self._hints if _expires(h) > now]
+
+    def plan_view(self) -> dict[str, Any]:
+        with self._lock:
+            now = self._clock()
+            result, at = self._last, self._last_at
+            upcoming = sorted(
+                (k.order for k in self._known.values() if k.order.deadline > now and not k.settled),
+                key=lambda o: (o.not_before, o.id),
+            )
+            return {
+                "at": at,
+                "placements": [_placement(p) for p in (result.placements if result else ())],
+                "deferred": [_placement(p) for p in (result.deferred if result else ())],
+                "tiers": self._tiers_locked(),
+                "upcoming": [o.model_dump(mode="json") for o in upcoming],
+            }
+
+    def model_view(self, model: str) -> dict[str, Any]:
+        spec = self.catalog[model]
+        now = self._clock()
+        with self._lock:
+            forecast = self._forecasts.get(model)
+            window = self.config.window_s
+            return {
+                "model": spec.model_dump(mode="json"),
+                "forecast": None
+                if forecast is None
+                else {
+                    "family": forecast.family,
+                    "start": forecast.start,
+                    "bucket_s": forecast.bucket_s,
+                    "p_next_window": forecast.p_window(now, now + window),
+                    "expected_next_window": forecast.expected_in(now, now + window),
+                },
+                "tiers": {node: tier for node, tier in self._tiers_locked().get(model, {}).items()},
+                "hints": [
+                    h.model_dump(mode="json") for h in self._hints if h.model == model and _expires(h) > now
+                ],
+                "recent_orders": [
+                    k.order.model_dump(mode="json")
+                    for k in sorted(self._known.values(), key=lambda k: k.order.created_at)
+                    if k.order.model == model
+                ][-20:],
+            }
+
+    def _tiers_locked(self) -> dict[str, dict[str, str]]:
+        """Current tier per model per node, from the reports."""
+        out: dict[str, dict[str, str]] = {}
+        for node, report in self._reports.items():
+            for tier in reversed(CACHE_TIERS):  # closest last, so it wins
+                state = report.tier(tier)
+                for r in state.resident if state else ():
+                    out.setdefault(r.model, {})[node] = tier.value
+        return out
+
+    def reports(self) -> dict[str, ExecutorState]:
+        with self._lock:
+            return dict(self._reports)
+
+
+def _expires(hint: Hint) -> float:
+    return (hint.received_at or 0.0) + hint.eta_s + hint.ttl_s
+
+
+def _placement(p: Any) -> dict[str, Any]:
+    return {
+        "model": p.model,
+        "node": p.node,
+        "tier": p.tier.value,
+        "reason": p.reason.value,
+        "not_before": p.not_before,
+        "deadline": p.deadline,
+    }
+
+
+def _reflected(order: Order, reports: Mapping[str, ExecutorState]) -> bool:
+    """The node's latest report, newer than the order, shows the order's effect."""
+    report = reports.get(order.node)
+    if report is None or report.at < order.not_before:
+        return False
+    held = {
+        t
+        for t in CACHE_TIERS
+        if (state := report.tier(t)) and any(r.model == order.model for r in state.resident)
+    }
+    if order.action is OrderAction.PREFETCH:
+        return any(t.level <= order.tier.level for t in held)
+    if order.action is OrderAction.DEMOTE:
+        return order.tier.closer() not in held
+    return not any(t.level <= order.tier.level for t in held) or order.tier is Tier.L3

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prewarm import ConfigError
+from scheduler._auth import Authenticator, Forbidden, RateLimiter, Unauthorized
+
+
+def test_tokens_can_come_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("# one per line\nshop:abc\nops:def  # ops team\n")
+    auth = Authenticator(f"@{path}")
+    assert auth.authenticate("Bearer def").source == "ops"
+    assert auth.first_token() == "abc"
+
+
+def test_malformed_entry_is_named_by_position_without_its_text() -> None:
+    with pytest.raises(ConfigError, match="entry 2") as info:
+        Authenticator("shop:abc,topsecretwithoutcolon")
+    assert "topsecret" not in str(info.value)
+
+
+def test_publishable_token_carries_its_model_list() -> None:
+    principal = Authenticator("", "web:pk:chat|search").authenticate("Bearer pk")
+    assert principal.publishable
+    assert principal.may_hint("chat")
+    assert not principal.may_hint("other")
+
+
+def test_scheme_other_than_bearer_is_unauthorized() -> None:
+    auth = Authenticator("shop:abc")
+    with pytest.raises(Unauthorized):
+        auth.authenticate("Basic abc")
+    with pytest.raises(Forbidden):
+        auth.authenticate("Bearer abd")
+    assert "abc" not in repr(auth)
+
+
+def test_token_bucket_refills_at_its_rate() -> None:
+    limiter = RateLimiter(rate_per_s=2.0, burst=2)
+    assert [limiter.acquire("a", 0.0) for _ in range(3)] == [0.0, 0.0, 0.5]
+    assert limiter.acquire("a", 0.5) == 0.0
+    assert limiter.acquire("b", 0.5) == 0.0
