@@ -102,7 +102,7 @@ def s3_endpoint() -> str:
 @pytest.fixture(scope="session")
 def s3_bucket(s3_endpoint: str) -> str:
     """The bucket the stack creates for tests."""
-    return stack_var("PREWARM_S3_BUCKET") or "prewarm-test"
+    return stack_var("STACK_S3_BUCKET") or "prewarm-test"
 
 
 @pytest.fixture(scope="session")
