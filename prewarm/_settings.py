@@ -99,11 +99,11 @@ class S3Settings(_Section):
     s3_part_bytes: Bytes = Field(default=32 * 2**20, description="ranged-GET part size")
     s3_concurrency: int = Field(default=8, ge=1, le=128, description="parallel ranged GETs per object")
     s3_max_attempts: int = Field(default=5, ge=1, le=20, description="attempts per part on transient errors")
+    s3_connect_timeout_s: float = Field(default=5.0, gt=0, description="TCP connect timeout per request")
+    s3_read_timeout_s: float = Field(default=60.0, gt=0, description="socket read timeout per request")
 
 
 class ExecutorSettings(_Section):
-    s3_connect_timeout_s: float = Field(default=5.0, gt=0, description="TCP connect timeout per request")
-    s3_read_timeout_s: float = Field(default=60.0, gt=0, description="socket read timeout per request")
     section = "executor"
     node_name: str = Field(default="node-0", min_length=1, max_length=128)
     cache_dir: Path | None = Field(default=None, description="L2 directory; unset = data_dir/cache")
@@ -116,12 +116,12 @@ class ExecutorSettings(_Section):
     l0_reserve_bytes: Bytes = Field(default=2 * 10**9, description="left free for the inference engine")
     read_threads: int = Field(default=4, ge=1, le=64)
     chunk_bytes: Bytes = Field(default=32 * 2**20)
-    prefetch_ttl_s: float = Field(default=600.0, gt=0, description="unused prefetched L1/L0 entries expire")
-    executor_api_host: str = "127.0.0.1"
-    executor_api_port: int = Field(default=8081, ge=0, le=65535)
     l2_direct_io: bool = Field(
         default=True, description="read L2 with O_DIRECT where the filesystem allows (bypasses page cache)"
     )
+    prefetch_ttl_s: float = Field(default=600.0, gt=0, description="unused prefetched L1/L0 entries expire")
+    executor_api_host: str = "127.0.0.1"
+    executor_api_port: int = Field(default=8081, ge=0, le=65535)
 
 
 class IngestSettings(_Section):
@@ -132,6 +132,9 @@ class IngestSettings(_Section):
     batch_max_events: int = Field(default=20_000, ge=1)
     batch_max_s: float = Field(default=1.0, gt=0)
     ingest_max_poll_records: int = Field(default=10_000, ge=1, description="records per consumer poll")
+    ingest_session_timeout_s: float = Field(
+        default=10.0, ge=6, le=300, description="consumer group session: a silent member is dropped after it"
+    )
     ingest_metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve Prometheus /metrics from `ingest run` on this port"
     )
@@ -174,6 +177,9 @@ class SchedulerSettings(_Section):
     plan_interval_s: float = Field(default=30.0, gt=0)
     misprediction_window_s: float = Field(default=600.0, gt=0)
     cluster: Path | None = Field(default=None, description="cluster YAML; unset = one node from executor")
+    demand_window_s: float = Field(
+        default=60.0, gt=0, description="a model requested this recently is wanted now (demand pre-empts)"
+    )
 
 
 _SECTIONS: tuple[type[_Section], ...] = (

@@ -1,0 +1,175 @@
+"""Kafka at the scheduler's edge: orders out (keyed by node), executor reports in (compacted, by node).
+
+kafka-python errors are translated here into ``prewarm.BrokerError`` (``transient`` when a retry can
+help), so the rest of the scheduler never sees a kafka type.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from pydantic import ValidationError
+
+from prewarm import BrokerError, ExecutorState, KafkaSettings, Order, get_logger
+
+__all__ = ["OrderPublisher", "StateFollower", "broker_errors", "ensure_topics"]
+
+log = get_logger(__name__)
+
+
+@contextmanager
+def broker_errors(what: str) -> Iterator[None]:
+    """Translate kafka-python errors raised inside the block into ``BrokerError``."""
+    try:
+        yield
+    except BrokerError:
+        raise
+    except KafkaError as exc:
+        transient = bool(getattr(exc, "retriable", False)) or type(exc).__name__ in (
+            "NoBrokersAvailable",
+            "KafkaTimeoutError",
+            "KafkaConnectionError",
+        )
+        raise BrokerError(f"{what}: {type(exc).__name__}: {exc}", transient=transient) from exc
+    except OSError as exc:
+        raise BrokerError(f"{what}: {exc}", transient=True) from exc
+
+
+def _servers(kafka: KafkaSettings) -> list[str]:
+    return [s.strip() for s in kafka.kafka_bootstrap.split(",")]
+
+
+def ensure_topics(kafka: KafkaSettings, *, partitions: int = 1) -> None:
+    """Create the orders topic and the compacted executor-state topic if they do not exist."""
+    wanted = [
+        NewTopic(kafka.topic_orders, num_partitions=partitions, replication_factor=1),
+        # Compacted: the latest report per node survives forever, so a restarted scheduler knows every
+        # node at once instead of waiting for each to report again.
+        NewTopic(
+            kafka.topic_executor_state,
+            num_partitions=partitions,
+            replication_factor=1,
+            topic_configs={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"},
+        ),
+    ]
+    with broker_errors("create scheduler topics"):
+        admin = KafkaAdminClient(bootstrap_servers=_servers(kafka), client_id=kafka.kafka_client_id)
+        try:
+            for topic in wanted:
+                with suppress(TopicAlreadyExistsError):
+                    admin.create_topics([topic])
+        finally:
+            admin.close()
+
+
+class OrderPublisher:
+    """Publishes orders to the orders topic, keyed by node so that each node reads its own in order."""
+
+    def __init__(self, kafka: KafkaSettings, *, timeout_s: float = 10.0) -> None:
+        self.topic = kafka.topic_orders
+        self._timeout_s = timeout_s
+        with broker_errors("connect order producer"):
+            self._producer = KafkaProducer(
+                bootstrap_servers=_servers(kafka),
+                client_id=f"{kafka.kafka_client_id}-scheduler",
+                acks="all",
+                linger_ms=0,  # an order is latency-critical; batching buys nothing at this rate
+                retries=5,
+                max_in_flight_requests_per_connection=1,  # retries must not reorder a node's orders
+                key_serializer=str.encode,
+                value_serializer=str.encode,
+            )
+
+    def publish(self, orders: Sequence[Order], *, wait: bool = True) -> None:
+        """Send ``orders``; with ``wait`` return once the broker has acknowledged every one."""
+        with broker_errors("publish orders"):
+            futures = [self._producer.send(self.topic, key=o.node, value=o.model_dump_json()) for o in orders]
+            if wait:
+                for future in futures:
+                    future.get(timeout=self._timeout_s)
+
+    def close(self) -> None:
+        with broker_errors("close order producer"):
+            self._producer.close(timeout=self._timeout_s)
+
+
+class StateFollower:
+    """Reads the executor-state topic from the beginning, then follows it, in a daemon thread.
+
+    No consumer group: every scheduler replica (and every restart) reads the whole compacted topic.
+    A report that does not parse is logged and skipped; one bad executor does not blind the scheduler.
+    """
+
+    def __init__(self, kafka: KafkaSettings, on_state: Callable[[ExecutorState], None]) -> None:
+        self._kafka = kafka
+        self._on_state = on_state
+        self._stop = threading.Event()
+        self._caught_up = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="prewarm-state-follower", daemon=True)
+        self.error: BrokerError | None = None
+
+    def start(self) -> StateFollower:
+        self._thread.start()
+        return self
+
+    def wait_caught_up(self, timeout: float) -> bool:
+        return self._caught_up.wait(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _consumer(self) -> KafkaConsumer:
+        topic = self._kafka.topic_executor_state
+        with broker_errors("follow executor state"):
+            consumer = KafkaConsumer(
+                bootstrap_servers=_servers(self._kafka),
+                client_id=f"{self._kafka.kafka_client_id}-scheduler-state",
+                enable_auto_commit=False,
+                fetch_max_wait_ms=100,
+            )
+            partitions = consumer.partitions_for_topic(topic) or {0}
+            tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            return consumer
+
+    def _run(self) -> None:
+        try:
+            consumer = self._consumer()
+        except BrokerError as exc:
+            self.error = exc
+            log.error("cannot follow executor state", extra={"error": str(exc)})
+            return
+        try:
+            ends: dict[Any, int] = consumer.end_offsets(list(consumer.assignment()))
+            while not self._stop.is_set():
+                batches = consumer.poll(timeout_ms=200)
+                for records in batches.values():
+                    for record in records:
+                        self._deliver(record.value)
+                if not self._caught_up.is_set() and all(
+                    consumer.position(tp) >= end for tp, end in ends.items()
+                ):
+                    self._caught_up.set()
+        except KafkaError as exc:
+            self.error = BrokerError(f"follow executor state: {exc}", transient=True)
+            log.error("executor state follower stopped", extra={"error": str(exc)})
+        finally:
+            consumer.close()
+
+    def _deliver(self, value: bytes | None) -> None:
+        if value is None:  # a tombstone: a node left the cluster
+            return
+        try:
+            state = ExecutorState.model_validate_json(value)
+        except ValidationError as exc:
+            log.warning("skipping an executor report that does not parse", extra={"error": str(exc)[:200]})
+            return
+        self._on_state(state)

@@ -1,0 +1,291 @@
+"""The live scheduler: APScheduler drives the planning loop, timed order publishing and daily retraining.
+
+The job store is SQLAlchemy on ``Settings.database_url``, so a timed order outlives the process: an
+order due while the scheduler was down is published as soon as it starts again (and an executor still
+skips it if its deadline passed). Job functions are module-level and take only strings, because the job
+store pickles a reference to the function and its arguments; they reach the live runtime through
+``_CURRENT``, the one runtime running in this process.
+
+Orders due now are published on the caller's thread (a hint's orders are on Kafka before its HTTP
+response returns); later ones become date jobs. Inputs that cost I/O (forecasts, recent demand) are
+refreshed by the interval job only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+from forecaster import ModelForecast
+from models import Catalog
+from prewarm import BrokerError, ConfigError, Order, PrewarmError, Settings, get_logger
+from prewarm._metrics import counter
+from scheduler._cluster import Cluster
+from scheduler._core import SchedulerCore
+from scheduler._kafka import OrderPublisher, StateFollower, ensure_topics
+from scheduler._planner import PlannerConfig
+from scheduler._signals import demand_hints, rate_forecasts
+
+__all__ = ["ForecastProvider", "Runtime", "default_cluster", "plan_job", "publish_order_job", "retrain_job"]
+
+log = get_logger(__name__)
+
+ForecastProvider = Callable[[float, Sequence[str]], Mapping[str, ModelForecast]]
+"""``(now, model ids) -> forecasts``: a trained forecaster's view; models it omits use recent demand."""
+
+_PUBLISHED = counter(
+    "prewarm_scheduler_orders_published_total", "Orders written to Kafka, by reason.", ["reason"]
+)
+_EXPIRED = counter("prewarm_scheduler_orders_expired_total", "Timed orders dropped: deadline passed first.")
+_JOBSTORE_TABLE = "prewarm_scheduler_jobs"
+_PLAN_JOB = "prewarm-plan"
+_RETRAIN_JOB = "prewarm-retrain"
+_RETRY_S = 2.0
+
+_CURRENT: Runtime | None = None
+
+
+def _current() -> Runtime:
+    if _CURRENT is None:
+        raise RuntimeError("no prewarm scheduler runtime is running in this process")
+    return _CURRENT
+
+
+def publish_order_job(order_json: str) -> None:
+    """Job: publish one timed order now that it is due."""
+    _current().publish_due(Order.model_validate_json(order_json))
+
+
+def plan_job() -> None:
+    """Job: refresh forecasts and demand, then plan."""
+    _current().tick()
+
+
+def retrain_job() -> None:
+    """Job: retrain the forecaster (daily)."""
+    _current().retrain()
+
+
+def default_cluster(settings: Settings) -> Cluster:
+    """The cluster file if configured, else one node described by the executor settings."""
+    if settings.scheduler.cluster is not None:
+        return Cluster.load(settings.scheduler.cluster)
+    ex = settings.executor
+    # A fractional L0 budget is only known on the node; plan no L0 until its executor reports.
+    l0 = int(ex.l0_budget) if ex.l0_budget > 1 else 0
+    return Cluster.single_node(
+        ex.node_name, l0_bytes=l0, l1_bytes=ex.l1_budget_bytes, l2_bytes=ex.l2_budget_bytes
+    )
+
+
+class Runtime:
+    """Planning state + Kafka + APScheduler. ``start`` it, serve ``core`` over HTTP, ``stop`` it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        catalog: Catalog,
+        cluster: Cluster | None = None,
+        *,
+        config: PlannerConfig | None = None,
+        forecasts: ForecastProvider | None = None,
+        retrain: Callable[[Settings], Any] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._forecasts = forecasts
+        self._retrain = retrain
+        self.core = SchedulerCore(
+            catalog=catalog,
+            cluster=cluster or default_cluster(settings),
+            config=config or PlannerConfig.from_settings(settings.scheduler),
+            dispatch=self._dispatch,
+            clock=clock,
+        )
+        self._publisher: OrderPublisher | None = None
+        self._follower: StateFollower | None = None
+        self._scheduler: BackgroundScheduler | None = None
+        self._store: Any = None
+        self._started = threading.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Runtime:
+        global _CURRENT
+        if _CURRENT is not None and _CURRENT is not self:
+            raise ConfigError("another scheduler runtime is already running in this process")
+        kafka = self.settings.kafka
+        ensure_topics(kafka)
+        self._publisher = OrderPublisher(kafka)
+        self._follower = StateFollower(kafka, self.core.observe).start()
+        # Plan with what the nodes last said, if they said anything: a restart does not start blind.
+        self._follower.wait_caught_up(timeout=5.0)
+        _prepare_sqlite(self.settings.database_url)
+        self._scheduler = BackgroundScheduler(
+            jobstores={
+                "default": SQLAlchemyJobStore(url=self.settings.database_url, tablename=_JOBSTORE_TABLE)
+            },
+            executors={"default": ThreadPoolExecutor(4)},
+            # Missed while down: run once, however late; the order's own deadline decides if it still counts.
+            job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
+            timezone=UTC,
+        )
+        _CURRENT = self
+        self._scheduler.start()
+        self._scheduler.add_job(
+            plan_job,
+            "interval",
+            seconds=self.settings.scheduler.plan_interval_s,
+            id=_PLAN_JOB,
+            replace_existing=True,
+            next_run_time=datetime.now(UTC),
+        )
+        try:
+            trigger = CronTrigger.from_crontab(self.settings.forecast.retrain_cron, timezone=UTC)
+        except ValueError as exc:
+            raise ConfigError(f"retrain_cron: {exc}", setting="PREWARM_RETRAIN_CRON") from exc
+        self._scheduler.add_job(retrain_job, trigger, id=_RETRAIN_JOB, replace_existing=True)
+        self._started.set()
+        log.info("scheduler runtime started", extra={"nodes": len(self.core.cluster.nodes)})
+        return self
+
+    def stop(self) -> None:
+        global _CURRENT
+        self._started.clear()
+        if self._scheduler is not None and self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+        if self._follower is not None:
+            self._follower.stop()
+        if self._publisher is not None:
+            self._publisher.close()
+        if self._store is not None:
+            self._store.close()
+        if _CURRENT is self:
+            _CURRENT = None
+
+    def __enter__(self) -> Runtime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def ready(self) -> tuple[bool, str]:
+        if not self._started.is_set():
+            return False, "the runtime is not started"
+        if self._follower is not None and self._follower.error is not None:
+            return False, f"executor state: {self._follower.error}"
+        return True, "ok"
+
+    # ------------------------------------------------------------------ orders
+
+    def _dispatch(self, orders: Sequence[Order]) -> None:
+        now = self._clock()
+        due = [o for o in orders if o.not_before <= now]
+        later = [o for o in orders if o.not_before > now]
+        if due:
+            try:
+                self._publish(due)
+            except BrokerError as exc:
+                # Not lost: retried as jobs in the persistent store.
+                log.warning("publishing failed, will retry", extra={"orders": len(due), "error": str(exc)})
+                later += due
+        for order in later:
+            self._schedule(order, max(order.not_before, now + (_RETRY_S if order in due else 0.0)))
+
+    def _schedule(self, order: Order, at: float) -> None:
+        assert self._scheduler is not None
+        self._scheduler.add_job(
+            publish_order_job,
+            "date",
+            run_date=datetime.fromtimestamp(at, UTC),
+            args=[order.model_dump_json()],
+            id=f"order:{order.id}",
+            replace_existing=True,
+        )
+
+    def _publish(self, orders: Sequence[Order]) -> None:
+        assert self._publisher is not None
+        self._publisher.publish(orders)
+        for order in orders:
+            _PUBLISHED.labels(order.reason.value).inc()
+
+    def publish_due(self, order: Order) -> None:
+        now = self._clock()
+        if order.deadline <= now:
+            _EXPIRED.inc()
+            log.info("timed order expired before it was due", extra={"order": order.id, "model": order.model})
+            return
+        try:
+            self._publish([order])
+        except BrokerError as exc:
+            if not exc.transient:
+                raise
+            log.warning("publishing a timed order failed, retrying", extra={"order": order.id})
+            self._schedule(order, now + _RETRY_S)
+
+    # ------------------------------------------------------------------ planning inputs
+
+    def tick(self) -> None:
+        now = self._clock()
+        try:
+            forecasts, demand = self._signals(now)
+        except PrewarmError as exc:
+            # Degrade, don't die: plan with the last signals and the hints we have.
+            log.warning("refreshing forecasts and demand failed", extra={"error": str(exc)})
+        else:
+            self.core.set_signals(forecasts=forecasts, demand=demand)
+        self.core.replan()
+
+    def _demand_store(self) -> Any:
+        if self._store is None:
+            from ingest import DemandStore
+
+            self._store = DemandStore(self.settings.database_url)
+        return self._store
+
+    def _signals(self, now: float) -> tuple[dict[str, ModelForecast], list[Any]]:
+        models = self.core.catalog.ids()
+        store = self._demand_store()
+        window = self.settings.scheduler.demand_window_s
+        last = {m: t for m, t in store.last_requests().items() if m in self.core.catalog}
+        frame = store.bulk(models, now - 3600, now, 60)
+        counts = {m: frame[m].to_numpy() for m in models}
+        forecasts = rate_forecasts(counts, now, horizon_s=self.settings.forecast.horizon_s)
+        if self._forecasts is not None:
+            forecasts.update(self._forecasts(now, models))
+        return forecasts, demand_hints(last, now, window)
+
+    def retrain(self) -> None:
+        fn = self._retrain or getattr(importlib.import_module("forecaster"), "retrain", None)
+        if fn is None:
+            log.info("the forecaster offers no retrain yet; skipping the daily retrain")
+            return
+        started = time.perf_counter()
+        try:
+            fn(self.settings)
+        except PrewarmError as exc:
+            log.error("daily retrain failed", extra={"error": str(exc)})
+            return
+        log.info("daily retrain done", extra={"seconds": round(time.perf_counter() - started, 1)})
+
+    def scheduled_orders(self) -> list[tuple[str, datetime | None]]:
+        """(job id, next run) of the timed orders waiting in the job store."""
+        assert self._scheduler is not None
+        return [(j.id, j.next_run_time) for j in self._scheduler.get_jobs() if j.id.startswith("order:")]
+
+
+def _prepare_sqlite(url: str) -> None:
+    """The embedded SQLite file's directory must exist before SQLAlchemy opens it."""
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,130 @@
+"""The live runtime on the local stack: Kafka for orders and reports, a SQL job store for timed orders."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from scheduler_builders import GB, catalog, spec
+
+from prewarm import ExecutorState, Hint, Order, OrderAction, Settings, Tier, TierState, load_settings
+from scheduler import Cluster, PlannerConfig
+from scheduler._runtime import Runtime
+
+pytestmark = [pytest.mark.kafka]
+
+# No margins and fast links: a hint's prefetch is due almost exactly at its eta.
+INSTANT = PlannerConfig(hop_overhead_s=0.0, lead_margin_s=0.0, lead_margin_frac=0.0)
+FAST = {"l3_bytes_per_s": "1TB/s", "l2_bytes_per_s": "1TB/s", "l1_bytes_per_s": "1TB/s"}
+
+
+def settings_for(kafka_bootstrap: str, unique: str, tmp_path: Path) -> Settings:
+    return load_settings(
+        overrides={
+            "kafka_bootstrap": kafka_bootstrap,
+            "topic_orders": f"orders-{unique}",
+            "topic_executor_state": f"state-{unique}",
+            "database_url": f"sqlite:///{tmp_path / 'scheduler.db'}",
+            "plan_interval_s": "1",
+        }
+    )
+
+
+def one_node(name: str = "gpu-a") -> Cluster:
+    return Cluster.from_data(
+        {
+            "nodes": [
+                {
+                    "name": name,
+                    "gpus": [{"memory_bytes": "40GB"}],
+                    "host_cache_bytes": "100GB",
+                    "disk_cache_bytes": "1TB",
+                }
+            ],
+            "bandwidth": FAST,
+        }
+    )
+
+
+def read_orders(settings: Settings, want: int, timeout: float = 15.0) -> list[tuple[str, Order]]:
+    consumer = KafkaConsumer(
+        settings.kafka.topic_orders,
+        bootstrap_servers=settings.kafka.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=50,
+    )
+    got: list[tuple[str, Order]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                got += [(r.key.decode(), Order.model_validate_json(r.value)) for r in records]
+    finally:
+        consumer.close()
+    return got
+
+
+@pytest.fixture
+def runtime(kafka_bootstrap: str, unique: str, tmp_path: Path) -> Iterator[Runtime]:
+    settings = settings_for(kafka_bootstrap, unique, tmp_path)
+    rt = Runtime(settings, catalog(spec("chat", GB), spec("search", GB)), one_node(), config=INSTANT)
+    with rt:
+        yield rt
+
+
+def test_hint_order_is_on_the_orders_topic_keyed_by_node(runtime: Runtime) -> None:
+    _, orders = runtime.core.add_hint(Hint(model="chat", source="web"))
+    assert [o.action for o in orders] == [OrderAction.PREFETCH]
+    [(key, order)] = read_orders(runtime.settings, 1)
+    assert key == "gpu-a"
+    assert order.id == orders[0].id
+
+
+def test_executor_reports_reach_the_planner(runtime: Runtime) -> None:
+    report = ExecutorState(
+        node="gpu-b",
+        at=time.time(),
+        tiers=[TierState(tier=Tier.L1, capacity_bytes=5 * GB, used_bytes=0)],
+        bandwidth_bytes_per_s={"L3->L2": 3e9},
+    )
+    producer = KafkaProducer(bootstrap_servers=runtime.settings.kafka.kafka_bootstrap, acks="all")
+    producer.send(
+        runtime.settings.kafka.topic_executor_state, key=b"gpu-b", value=report.model_dump_json().encode()
+    )
+    producer.flush()
+    producer.close()
+    deadline = time.monotonic() + 10
+    while "gpu-b" not in runtime.core.reports() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert runtime.core.reports()["gpu-b"].bandwidth_bytes_per_s == {"L3->L2": 3e9}
+
+
+def test_timed_order_due_while_the_scheduler_was_down_goes_out_after_restart(
+    kafka_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    settings = settings_for(kafka_bootstrap, unique, tmp_path)
+    cat = catalog(spec("chat", GB))
+    first = Runtime(settings, cat, one_node(), config=INSTANT).start()
+    try:
+        _, [order] = first.core.add_hint(Hint(model="chat", source="web", eta_s=2.0))
+        assert order.not_before > time.time()
+        assert [job for job, _ in first.scheduled_orders()] == [f"order:{order.id}"]
+    finally:
+        first.stop()
+    time.sleep(max(order.not_before - time.time(), 0) + 0.5)  # due while nothing runs
+    assert read_orders(settings, 1, timeout=1.0) == []
+    with Runtime(settings, cat, one_node(), config=INSTANT):
+        [(key, published)] = read_orders(settings, 1)
+    assert (key, published.id) == ("gpu-a", order.id)
+
+
+def test_ready_only_while_started(kafka_bootstrap: str, unique: str, tmp_path: Path) -> None:
+    rt = Runtime(settings_for(kafka_bootstrap, unique, tmp_path), catalog(spec("chat", GB)), one_node())
+    assert rt.ready()[0] is False
+    with rt:
+        assert rt.ready() == (True, "ok")
+    assert rt.ready()[0] is False
