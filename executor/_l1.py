@@ -92,6 +92,11 @@ class HostPool:
             self._base = raw[skip : skip + self._allocator.capacity]
         return self._base
 
+    def prefault(self) -> None:
+        """Touch every page now (plain memory faults pages in lazily; a pinned pool is already touched)."""
+        with self._lock:
+            self._ensure_base().fill_(0)
+
     def alloc(self, nbytes: int) -> HostBlock:
         with self._lock:
             base = self._ensure_base()

@@ -1,0 +1,260 @@
+"""``prewarm bench load``: the loader's rates against the disk's limit and the usual loaders, same run.
+
+On one synthetic safetensors file (a transformer layout, fp16), with the page cache dropped before
+every cold measurement where the kernel allows it (``/proc/sys/vm/drop_caches`` needs root; otherwise
+``posix_fadvise(DONTNEED)`` on the file, which evicts its clean pages just as well):
+
+- ``raw_read``: one thread, O_DIRECT, 64 MiB sequential reads: what the disk gives.
+- ``baseline_safetensors``: ``safetensors.torch.load_file(path, device=...)``, every tensor materialised.
+- ``l2_to_l1``, ``l1_to_l0``, ``l2_to_l0`` (cold, overlapped): ``Executor.ensure`` as the node runs it.
+- ``s3_baseline``: boto3 ``download_file`` to disk with the same part size and concurrency;
+  ``l3_to_l1``: ``Executor.ensure(L1)`` from S3 (sha256 verified, L2 written in the same pass). Both
+  ``null`` without an S3 endpoint and ``--bucket``.
+- on CUDA, ``pinned_copy``: one plain ``copy_`` of a pinned buffer of the same size, the H2D limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from executor._executor import Executor
+from executor._l2 import round_up
+from models import Catalog, ModelSpec, shape_for_size, write_safetensors
+from prewarm import Settings, Tier
+
+__all__ = ["drop_page_cache", "raw_read_bytes_per_s", "run_load_benchmark"]
+
+_RAW_BLOCK = 64 * 2**20
+
+
+def drop_page_cache(*paths: Path) -> str | None:
+    """Evict ``paths`` from the page cache; returns how (``drop_caches``, ``fadvise``) or None."""
+    os.sync()
+    with contextlib.suppress(OSError), open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+        return "drop_caches"
+    done = None
+    for path in paths:
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                done = "fadvise"
+            finally:
+                os.close(fd)
+    return done
+
+
+def raw_read_bytes_per_s(path: Path) -> tuple[float, bool]:
+    """Sequential read of the whole file in 64 MiB blocks, O_DIRECT when allowed; (rate, direct)."""
+    buffer = mmap.mmap(-1, _RAW_BLOCK)  # page-aligned, as O_DIRECT requires
+    view = memoryview(buffer)
+    direct = True
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError:
+        fd, direct = os.open(path, os.O_RDONLY), False
+    try:
+        size = os.fstat(fd).st_size
+        start = time.perf_counter()
+        offset = 0
+        while offset < size:
+            n = os.preadv(fd, [view], offset)
+            if n <= 0:
+                break
+            offset += n
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        view.release()
+        buffer.close()
+    return size / elapsed, direct
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _synthesize(path: Path, nbytes: int, progress: Callable[[str], None]) -> str:
+    """Write the file once; a second run with the same size reuses it (and its recorded sha256)."""
+    stamp = path.with_suffix(".sha256")
+    if path.exists() and stamp.exists():
+        recorded_size, _, sha = stamp.read_text().partition(" ")
+        if int(recorded_size) == path.stat().st_size and abs(int(recorded_size) - nbytes) < nbytes * 0.1:
+            return sha.strip()
+    progress(f"writing a {nbytes / 2**30:.2f} GiB safetensors file to {path}")
+    sha = write_safetensors(path, shape_for_size(nbytes))
+    stamp.write_text(f"{path.stat().st_size} {sha}")
+    return sha
+
+
+def run_load_benchmark(
+    settings: Settings,
+    *,
+    nbytes: int,
+    device: str,
+    work_dir: Path,
+    bucket: str | None,
+    keep: bool = False,
+    progress: Callable[[str], None] = lambda _line: None,
+) -> dict[str, Any]:
+    work_dir = Path(work_dir).resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = work_dir / "bench.safetensors"
+    sha = _synthesize(path, nbytes, progress)
+    size = path.stat().st_size
+    spec = ModelSpec(id="bench", version="1", uri=path.as_uri(), size_bytes=size, sha256=sha)
+    report: dict[str, Any] = {"file_bytes": size, "device": device}
+
+    method = drop_page_cache(path)
+    report["page_cache_dropped"] = method is not None
+    report["page_cache_method"] = method
+    progress(f"page cache dropped: {method or 'no'}")
+    raw, direct = raw_read_bytes_per_s(path)
+    report["raw_read_bytes_per_s"] = raw
+    report["raw_read_o_direct"] = direct
+    progress(f"raw read {raw / 1e9:.2f} GB/s (O_DIRECT: {direct})")
+
+    from safetensors.torch import load_file
+
+    drop_page_cache(path)
+    start = time.perf_counter()
+    tensors = load_file(str(path), device=device)
+    _sync(device)
+    report["baseline_safetensors_bytes_per_s"] = size / (time.perf_counter() - start)
+    del tensors
+    progress(f"safetensors load_file {report['baseline_safetensors_bytes_per_s'] / 1e9:.2f} GB/s")
+
+    cache = work_dir / "cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    room = round_up(size) + 2**20
+    exec_settings = settings.executor.model_copy(
+        update={
+            "l2_budget_bytes": max(settings.executor.l2_budget_bytes, 2 * room),
+            "l1_budget_bytes": room,
+            "l0_budget": float(room),
+            "l0_reserve_bytes": 0,
+        }
+    )
+    executor = Executor(
+        Catalog([spec]), executor=exec_settings, s3=settings.s3, cache_dir=cache, device=device
+    )
+    try:
+        executor.ensure("bench", Tier.L2)  # file:// L3 → L2: the cache entry the next runs read
+        # The L1 pool is allocated once per node and reused; touch it now so page faults of a fresh
+        # allocation are not counted as load time (a pinned pool on CUDA is touched by pinning).
+        executor.l1.pool.prefault()
+        obj_path = executor.l2.object_path(sha)
+
+        drop_page_cache(obj_path)
+        r = executor.ensure("bench", Tier.L1, demand=True)
+        report["l2_to_l1_bytes_per_s"] = size / r.seconds_per_hop["L2->L1"]
+        report["l2_read_o_direct"] = exec_settings.l2_direct_io
+        r = executor.ensure("bench", Tier.L0, demand=True)
+        report["l1_to_l0_bytes_per_s"] = size / r.seconds_per_hop["L1->L0"]
+        executor.evict("bench", Tier.L1)
+        drop_page_cache(obj_path)
+        r = executor.ensure("bench", Tier.L0, demand=True)
+        report["l2_to_l0_bytes_per_s"] = size / r.seconds_per_hop["L2->L0"]
+        progress(
+            "prewarm L2->L1 {:.2f}, L1->L0 {:.2f}, L2->L0 {:.2f} GB/s".format(
+                report["l2_to_l1_bytes_per_s"] / 1e9,
+                report["l1_to_l0_bytes_per_s"] / 1e9,
+                report["l2_to_l0_bytes_per_s"] / 1e9,
+            )
+        )
+    finally:
+        executor.close()
+
+    report["pinned_copy_bytes_per_s"] = _pinned_copy(size) if device.startswith("cuda") else None
+    report.update(_s3_figures(settings, spec, path, work_dir, exec_settings, device, bucket, progress))
+    report.update(_ratios(report))
+    if not keep:
+        shutil.rmtree(cache, ignore_errors=True)
+    return report
+
+
+def _pinned_copy(size: int) -> float:
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+    host.fill_(1)
+    dev = torch.empty(size, dtype=torch.uint8, device="cuda")
+    dev.copy_(host, non_blocking=True)  # warm-up: context, allocator, DMA mappings
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    dev.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    return size / (time.perf_counter() - start)
+
+
+def _s3_figures(
+    settings: Settings,
+    spec: ModelSpec,
+    path: Path,
+    work_dir: Path,
+    exec_settings: Any,
+    device: str,
+    bucket: str | None,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    empty: dict[str, Any] = {"s3_baseline_bytes_per_s": None, "l3_to_l1_bytes_per_s": None}
+    if settings.s3.s3_endpoint is None or not bucket:
+        progress("S3 figures skipped: no PREWARM_S3_ENDPOINT or no --bucket")
+        return empty
+    from executor._l3 import S3Store
+
+    store = S3Store(settings.s3)
+    uri = f"s3://{bucket}/bench/{spec.sha256}.safetensors"
+    store.ensure_bucket(bucket)
+    progress(f"uploading to {uri}")
+    store.put_file(path, uri)
+    target = work_dir / "download.bin"
+    drop_page_cache(path)
+    start = time.perf_counter()
+    store.download_file(
+        uri, target, part_bytes=settings.s3.s3_part_bytes, concurrency=settings.s3.s3_concurrency
+    )
+    baseline = spec.size_bytes / (time.perf_counter() - start)
+    target.unlink(missing_ok=True)
+    cache = work_dir / "cache-s3"
+    shutil.rmtree(cache, ignore_errors=True)
+    s3_spec = spec.model_copy(update={"uri": uri})
+    with Executor(
+        Catalog([s3_spec]), executor=exec_settings, s3=settings.s3, cache_dir=cache, device=device
+    ) as executor:
+        executor.l1.pool.prefault()
+        result = executor.ensure("bench", Tier.L1, demand=True)
+    shutil.rmtree(cache, ignore_errors=True)
+    rate = spec.size_bytes / result.seconds_per_hop["L3->L1"]
+    progress(f"S3 download_file {baseline / 1e9:.2f} GB/s, prewarm L3->L1 {rate / 1e9:.2f} GB/s")
+    return {"s3_baseline_bytes_per_s": baseline, "l3_to_l1_bytes_per_s": rate}
+
+
+def _ratios(report: dict[str, Any]) -> dict[str, Any]:
+    def ratio(a: str, b: str) -> float | None:
+        x, y = report.get(a), report.get(b)
+        return round(x / y, 3) if x and y else None
+
+    return {
+        "ratios": {
+            "l2_to_l1_vs_raw_read": ratio("l2_to_l1_bytes_per_s", "raw_read_bytes_per_s"),
+            "l2_to_l0_vs_safetensors": ratio("l2_to_l0_bytes_per_s", "baseline_safetensors_bytes_per_s"),
+            "l3_to_l1_vs_download_file": ratio("l3_to_l1_bytes_per_s", "s3_baseline_bytes_per_s"),
+            "l1_to_l0_vs_pinned_copy": ratio("l1_to_l0_bytes_per_s", "pinned_copy_bytes_per_s"),
+        },
+        "targets": {
+            "l2_to_l1_vs_raw_read": 0.85,
+            "l2_to_l0_vs_safetensors": 1.5,
+            "l3_to_l1_vs_download_file": 1.0,
+            "l1_to_l0_vs_pinned_copy": 0.9,
+        },
+    }

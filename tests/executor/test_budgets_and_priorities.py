@@ -1,0 +1,234 @@
+"""Capacity is never over-committed, eviction never touches what is in use, demand pre-empts prefetch."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from executor_testkit import ExecutorFactory, make_model, s3_settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from executor import FileStore
+from executor._l1 import RangeAllocator
+from executor._priority import LinkGate
+from executor._tier import Entry, choose_victims
+from models import Catalog
+from prewarm import CapacityError, PrewarmError, Tier
+
+
+def _entry(key: str, nbytes: int, recency: float, *, pins: int = 0, ready: bool = True) -> Entry[str, None]:
+    return Entry(key, nbytes, loaded_at=recency, ready=ready, pins=pins)
+
+
+def test_victims_are_least_recently_used_and_never_pinned_or_loading() -> None:
+    entries = [
+        _entry("pinned-old", 10, 0.0, pins=1),
+        _entry("loading", 10, 1.0, ready=False),
+        _entry("old", 10, 2.0),
+        _entry("new", 10, 3.0),
+    ]
+    assert choose_victims(entries, need=15, free=0) == ["old", "new"]
+    assert choose_victims(entries, need=5, free=0) == ["old"]
+    assert choose_victims(entries, need=5, free=5) == []
+    assert choose_victims(entries, need=25, free=0) is None
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 50_000)), max_size=60))
+def test_range_allocator_never_hands_out_overlapping_ranges(ops: list[tuple[bool, int]]) -> None:
+    allocator = RangeAllocator(256 * 1024, align=4096)
+    live: dict[int, int] = {}
+    for alloc, size in ops:
+        if alloc or not live:
+            start = allocator.alloc(size)
+            if start is not None:
+                live[start] = size
+        else:
+            start = next(iter(live))
+            allocator.free(start, live.pop(start))
+        spans = sorted((s, s + -(-n // 4096) * 4096) for s, n in live.items())
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
+        assert all(s % 4096 == 0 and e <= allocator.capacity for s, e in spans)
+    for start, size in list(live.items()):
+        allocator.free(start, size)
+    assert allocator.free_bytes == allocator.capacity
+
+
+@pytest.fixture(scope="module")
+def many_models(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    directory = tmp_path_factory.mktemp("weights")
+    # Three sizes, so budgets fragment and eviction has real choices.
+    return Catalog(make_model(directory, f"p{i}", seed=i, layers=1 + i % 3) for i in range(6))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    calls=st.lists(
+        st.tuples(st.integers(0, 5), st.sampled_from([Tier.L0, Tier.L1, Tier.L2]), st.booleans()),
+        min_size=4,
+        max_size=14,
+    ),
+    budget_models=st.integers(1, 3),
+)
+def test_concurrent_ensures_never_exceed_any_tier_budget(
+    many_models: Catalog,
+    make_executor: ExecutorFactory,
+    tmp_path_factory: pytest.TempPathFactory,
+    calls: list[tuple[int, Tier, bool]],
+    budget_models: int,
+) -> None:
+    largest = max(spec.size_bytes for spec in many_models)
+    budget = budget_models * largest + 8192
+    executor = make_executor(
+        many_models,
+        cache_dir=tmp_path_factory.mktemp("cache"),
+        l0_budget=float(budget),
+        l1_budget_bytes=budget,
+        l2_budget_bytes=budget + largest,
+    )
+    caches = (executor.l0.cache, executor.l1.cache, executor.l2.cache)
+    peak = {cache.tier: 0 for cache in caches}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for cache in caches:
+                peak[cache.tier] = max(peak[cache.tier], cache.used)
+                held = sum(e.nbytes for e in cache.snapshot())
+                assert held <= cache.capacity
+            time.sleep(0.001)
+
+    errors: list[BaseException] = []
+
+    def call(index: int, tier: Tier, demand: bool) -> None:
+        try:
+            executor.ensure(f"p{index}", tier, demand=demand)
+        except CapacityError:
+            pass  # everything else was loading at that moment: refusing is allowed, over-committing not
+        except PrewarmError as exc:
+            errors.append(exc)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=call, args=c) for c in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    watcher.join()
+
+    assert not errors
+    for cache in caches:
+        assert peak[cache.tier] <= cache.capacity
+        assert cache.used == sum(e.nbytes for e in cache.snapshot())
+    on_disk = sum(p.stat().st_size for p in (executor.l2.root / "objects").rglob("*") if p.is_file())
+    assert on_disk <= executor.l2.cache.capacity
+
+
+def test_demand_transfer_pauses_prefetch_on_the_same_link() -> None:
+    gate = LinkGate("L2->L1")
+    log: list[str] = []
+    demand_started = threading.Event()
+    demand_may_finish = threading.Event()
+
+    def prefetch() -> None:
+        with gate.transfer(lambda: False) as transfer:
+            for i in range(50):
+                transfer.checkpoint()
+                log.append(f"p{i}")
+                time.sleep(0.002)
+
+    def demand() -> None:
+        with gate.transfer(lambda: True):
+            demand_started.set()
+            demand_may_finish.wait()
+            log.append("demand-done")
+
+    p = threading.Thread(target=prefetch)
+    p.start()
+    while len(log) < 3:
+        time.sleep(0.001)
+    d = threading.Thread(target=demand)
+    d.start()
+    demand_started.wait()
+    paused_at = len(log)
+    time.sleep(0.05)
+    assert len(log) <= paused_at + 1  # at most the chunk that had already passed its checkpoint
+    demand_may_finish.set()
+    d.join()
+    p.join()
+    assert log.index("demand-done") < len(log) - 1
+    assert log[-1] == "p49"  # the prefetch resumed and finished
+
+
+def test_prefetch_becomes_demand_when_a_request_waits_for_the_same_model() -> None:
+    gate = LinkGate("L3->L2")
+    wanted = threading.Event()
+    blocked = threading.Event()
+    with gate.transfer(lambda: True):  # some other model's demand occupies the link
+
+        def prefetch() -> None:
+            with gate.transfer(wanted.is_set) as transfer:
+                transfer.checkpoint()
+                blocked.set()
+
+        t = threading.Thread(target=prefetch)
+        t.start()
+        time.sleep(0.1)
+        assert not blocked.is_set()  # paused behind the other demand
+        wanted.set()  # a request now waits for this very model
+        t.join(timeout=2)
+        assert blocked.is_set()
+
+
+class _SlowStore:
+    """Wraps a FileStore: each range takes a little time, so transfers overlap in a test."""
+
+    def __init__(self, inner: object, delay: float) -> None:
+        self._inner = inner
+        self._delay = delay
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def read_range(self, uri: str, start: int, end: int) -> bytes:
+        time.sleep(self._delay)
+        return self._inner.read_range(uri, start, end)  # type: ignore[attr-defined,no-any-return]
+
+
+def test_demand_load_finishes_before_a_prefetch_started_earlier(
+    tmp_path: Path, make_executor: ExecutorFactory
+) -> None:
+    big = make_model(tmp_path / "w", "big", seed=1, layers=8)
+    small = make_model(tmp_path / "w", "small", seed=2, layers=2)
+    part = 64 * 1024
+    executor = make_executor(Catalog([big, small]), s3=s3_settings(s3_part_bytes=part, s3_concurrency=4))
+    executor._stores["file"] = _SlowStore(FileStore(), delay=0.05)  # type: ignore[assignment]
+    finished: list[str] = []
+
+    def load(model: str, demand: bool) -> None:
+        executor.ensure(model, Tier.L1, demand=demand)
+        finished.append(model)
+
+    prefetch = threading.Thread(target=load, args=("big", False))
+    prefetch.start()
+    time.sleep(0.1)  # the prefetch is well under way
+    demand = threading.Thread(target=load, args=("small", True))
+    demand.start()
+    prefetch.join()
+    demand.join()
+    assert finished == ["small", "big"]
+    assert -(-big.size_bytes // part) * 0.05 / 4 > 0.3  # the prefetch really was still running
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_threads() -> Iterator[None]:
+    before = threading.active_count()
+    yield
+    # Executors are closed by make_executor; nothing the tests start should outlive them.
+    assert threading.active_count() <= before + 16

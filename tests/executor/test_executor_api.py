@@ -1,0 +1,272 @@
+"""The Executor API: tiers, staleness, pins, TTL, orders, state and coalescing."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from executor_testkit import ExecutorFactory, make_model
+
+from executor import Executor, FileStore, LoadResult
+from models import Catalog
+from prewarm import (
+    CapacityError,
+    ConfigError,
+    Order,
+    OrderAction,
+    OrderReason,
+    OrderStatus,
+    Tier,
+    UnknownModel,
+)
+
+
+class _Clock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_load_walks_down_the_tiers_and_reports_each_hop(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    first = executor.ensure("m0", Tier.L2)
+    second = executor.ensure("m0", Tier.L1)
+    third = executor.ensure("m0", Tier.L0)
+    fourth = executor.ensure("m0", Tier.L0)
+
+    assert [r.served_from for r in (first, second, third, fourth)] == [Tier.L3, Tier.L2, Tier.L1, Tier.L0]
+    assert set(first.seconds_per_hop) == {"L3->L2"}
+    assert set(second.seconds_per_hop) == {"L2->L1"}
+    assert set(third.seconds_per_hop) == {"L1->L0"}
+    assert fourth.seconds_per_hop == {}
+    assert third.to_json().keys() == {
+        "model",
+        "version",
+        "served_from",
+        "tier",
+        "bytes",
+        "seconds_per_hop",
+        "verified",
+    }
+    assert "L2->L1" in executor.state().bandwidth_bytes_per_s
+
+
+def test_cold_load_to_l0_streams_l3_into_l1_and_l2_in_one_pass(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    result = executor.ensure("m1", Tier.L0)
+
+    assert result.served_from is Tier.L3
+    assert set(result.seconds_per_hop) == {"L3->L1", "L1->L0"}
+    used = {t.tier: t.used_bytes for t in executor.state().tiers}
+    assert used[Tier.L2] == catalog["m1"].size_bytes
+    assert used[Tier.L1] >= catalog["m1"].size_bytes
+
+
+def test_l2_to_l0_overlaps_and_gives_the_right_tensors(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    executor.ensure("m2", Tier.L2)
+    result = executor.ensure("m2", Tier.L0)
+    assert result.served_from is Tier.L2
+    assert set(result.seconds_per_hop) == {"L2->L0"}
+    from safetensors.torch import load_file
+
+    expected = load_file(str(FileStore.path(catalog["m2"].uri)))
+    with executor.acquire("m2") as tensors:
+        assert tensors.keys() == expected.keys()
+        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
+
+
+def test_stale_l1_copy_is_never_served(
+    catalog: Catalog, weights_dir: Path, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    executor.ensure("m0", Tier.L0)
+    v2 = make_model(weights_dir, "m0", seed=42, version="2")
+    executor.update_catalog(catalog.with_spec(v2))
+
+    result = executor.ensure("m0", Tier.L1)
+
+    assert result.version == "2"
+    assert result.served_from is Tier.L3
+    with executor.acquire("m0") as tensors:
+        from safetensors.torch import load_file
+
+        expected = load_file(str(FileStore.path(v2.uri)))
+        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
+    for tier in executor.state().tiers[:2]:
+        assert {r.version for r in tier.resident} <= {"2"}
+        assert all(r.version == "2" for r in tier.resident if r.model == "m0")
+
+
+def test_stale_l0_copy_in_use_is_unservable_and_dropped_when_released(
+    catalog: Catalog, weights_dir: Path, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    v2 = make_model(weights_dir, "m0", seed=7, version="2")
+    with executor.acquire("m0") as old:
+        executor.update_catalog(catalog.with_spec(v2))
+        with executor.acquire("m0") as new:
+            assert not torch.equal(old["lm_head.weight"], new["lm_head.weight"])
+        assert old["lm_head.weight"].numel() > 0  # still valid memory for its holder
+    versions = {r.version for r in executor.state().tiers[0].resident if r.model == "m0"}
+    assert versions == {"2"}
+
+
+def test_acquired_model_is_never_evicted_for_capacity(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    size = catalog["m0"].size_bytes
+    executor = make_executor(catalog, l0_budget=float(size + 4096))
+    with executor.acquire("m0"):
+        with pytest.raises(CapacityError):
+            executor.ensure("m1", Tier.L0)
+        assert executor.state().tiers[0].resident[0].pins == 1
+    assert executor.ensure("m1", Tier.L0).served_from in (Tier.L1, Tier.L3)
+    assert [r.model for r in executor.state().tiers[0].resident] == ["m1"]
+
+
+def test_unused_prefetch_expires_after_ttl_but_used_one_stays(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    clock = _Clock()
+    executor = make_executor(catalog, clock=clock, prefetch_ttl_s=60.0)
+    executor.ensure("m0", Tier.L1)
+    executor.ensure("m1", Tier.L1)
+    with executor.acquire("m1"):
+        pass
+    clock.now += 61
+    l1 = {r.model: r for r in executor.state().tiers[1].resident}
+    assert "m0" not in l1
+    assert "m1" in l1
+    assert not l1["m1"].prefetched
+
+
+def test_evict_drops_tier_and_closer_ones(catalog: Catalog, make_executor: ExecutorFactory) -> None:
+    executor = make_executor(catalog)
+    executor.ensure("m0", Tier.L0)
+    assert executor.evict("m0", Tier.L1) == [Tier.L0, Tier.L1]
+    used = {t.tier: t.used_bytes for t in executor.state().tiers}
+    assert used[Tier.L0] == used[Tier.L1] == 0
+    assert used[Tier.L2] > 0
+    assert executor.ensure("m0", Tier.L1).served_from is Tier.L2
+
+
+def test_unknown_model_and_missing_sha256_are_refused(
+    weights_dir: Path, make_executor: ExecutorFactory
+) -> None:
+    spec = make_model(weights_dir, "x", seed=1).model_copy(update={"sha256": None})
+    executor = make_executor(Catalog([spec]))
+    with pytest.raises(UnknownModel):
+        executor.ensure("nope", Tier.L1)
+    with pytest.raises(ConfigError, match="no sha256"):
+        executor.ensure("x", Tier.L1)
+
+
+def test_concurrent_loads_of_one_model_download_once(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    reads: list[int] = []
+
+    class Counting(FileStore):
+        def read_range(self, uri: str, start: int, end: int) -> bytes:
+            reads.append(start)
+            return super().read_range(uri, start, end)
+
+    executor._stores["file"] = Counting()
+    results: list[LoadResult] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(executor.ensure("m0", Tier.L1))) for _ in range(6)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert sorted(r.served_from for r in results) == [Tier.L1] * 5 + [Tier.L3]
+    parts = -(-catalog["m0"].size_bytes // executor.s3_settings.s3_part_bytes)
+    assert len([s for s in reads if s > 0]) <= parts + 1  # one download (plus the header probe)
+
+
+def _order(model: str, action: OrderAction, tier: Tier, now: float, **kw: object) -> Order:
+    fields: dict[str, object] = {
+        "id": f"o-{model}-{action}-{tier}",
+        "node": "node-0",
+        "model": model,
+        "version": "1",
+        "action": action,
+        "tier": tier,
+        "reason": OrderReason.FORECAST,
+        "not_before": now,
+        "deadline": now + 60,
+        "created_at": now,
+    }
+    fields.update(kw)
+    return Order.model_validate(fields)
+
+
+def test_orders_are_idempotent_and_expired_ones_are_skipped(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    clock = _Clock()
+    executor: Executor = make_executor(catalog, clock=clock)
+    prefetch = _order("m0", OrderAction.PREFETCH, Tier.L1, clock.now)
+
+    done = executor.apply(prefetch)
+    again = executor.apply(prefetch)
+    late = executor.apply(_order("m1", OrderAction.PREFETCH, Tier.L1, clock.now - 120))
+    stale = executor.apply(_order("m2", OrderAction.PREFETCH, Tier.L1, clock.now, version="0"))
+    other_node = executor.apply(
+        _order("m2", OrderAction.PREFETCH, Tier.L1, clock.now, node="node-9", id="o-elsewhere")
+    )
+
+    assert done.status is OrderStatus.DONE
+    assert done.served_from is Tier.L3
+    assert again.status is OrderStatus.ALREADY
+    assert late.status is OrderStatus.EXPIRED
+    assert stale.status is OrderStatus.FAILED
+    assert "version" in stale.detail
+    assert other_node.status is OrderStatus.FAILED
+    l1 = {r.model for r in executor.state().tiers[1].resident}
+    assert l1 == {"m0"}
+    assert [o.order_id for o in executor.state().recent_outcomes][:1] == [prefetch.id]
+
+
+def test_demote_and_evict_orders(catalog: Catalog, make_executor: ExecutorFactory) -> None:
+    clock = _Clock()
+    executor = make_executor(catalog, clock=clock)
+    executor.ensure("m0", Tier.L0)
+    demote = executor.apply(_order("m0", OrderAction.DEMOTE, Tier.L1, clock.now))
+    assert demote.status is OrderStatus.DONE
+    tiers = {t.tier: {r.model for r in t.resident} for t in executor.state().tiers}
+    assert tiers[Tier.L0] == set()
+    assert tiers[Tier.L1] == {"m0"}
+    evict = executor.apply(_order("m0", OrderAction.EVICT, Tier.L3, clock.now))
+    assert evict.status is OrderStatus.DONE
+    assert all(not t.resident for t in executor.state().tiers)
+
+
+def test_state_reports_every_tier(catalog: Catalog, make_executor: ExecutorFactory) -> None:
+    executor = make_executor(catalog)
+    executor.ensure("m0", Tier.L0, demand=True)
+    state = executor.state()
+    assert [t.tier for t in state.tiers] == [Tier.L0, Tier.L1, Tier.L2]
+    l0 = state.tiers[0]
+    assert l0.capacity_bytes > 0
+    assert l0.used_bytes == catalog["m0"].size_bytes
+    (resident,) = l0.resident
+    assert resident.model == "m0"
+    assert resident.version == "1"
+    assert not resident.prefetched
+    assert resident.sha256 == catalog["m0"].sha256
+    assert state.device == "cpu"
