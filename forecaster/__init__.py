@@ -1,7 +1,41 @@
-"""Per-model seasonal demand forecasts with backtested model selection and MLflow-tracked retraining."""
+"""Per-model seasonal demand forecasts with backtested model selection and MLflow-tracked retraining.
+
+For the scheduler: ``ForecasterBundle.predict(now, horizon_s) -> {model: ModelForecast}``, loaded with
+``load_forecaster("models:/prewarm-forecaster@champion")`` or from a local directory, and ``retrain(settings,
+store | frame | History, now) -> RetrainResult`` for its daily cron job.
+
+For people and benchmarks: ``History`` (per-minute counts), ``backtest`` (train before a cut, score after it
+against a constant-rate and a time-of-week baseline), ``fit_bundle``, and the family registry ``FAMILIES``
+(``forecaster.families``: one module per family behind one ``Family`` interface).
+"""
 
 from __future__ import annotations
 
+from forecaster._backtest import BacktestReport, backtest, fit_bundle
+from forecaster._bundle import BUNDLE_VERSION, ForecasterBundle
+from forecaster._history import History
+from forecaster._retrain import RetrainResult, retrain, tracking_uri_of
+from forecaster._select import Choice, SelectionConfig
+from forecaster._tracking import CHAMPION, RegisterDecision, load_forecaster
 from forecaster._types import ModelForecast
+from forecaster.families import FAMILIES, Family
 
-__all__ = ["ModelForecast"]
+__all__ = [
+    "BUNDLE_VERSION",
+    "CHAMPION",
+    "FAMILIES",
+    "BacktestReport",
+    "Choice",
+    "Family",
+    "ForecasterBundle",
+    "History",
+    "ModelForecast",
+    "RegisterDecision",
+    "RetrainResult",
+    "SelectionConfig",
+    "backtest",
+    "fit_bundle",
+    "load_forecaster",
+    "retrain",
+    "tracking_uri_of",
+]

@@ -160,6 +160,12 @@ class ForecastSettings(_Section):
     retrain_cron: str = Field(default="0 3 * * *", description="crontab: minute hour day month weekday")
     mlflow_experiment: str = "prewarm-forecaster"
     registered_model: str = "prewarm-forecaster"
+    mlflow_tracking_uri: str | None = Field(
+        default=None, description="MLflow tracking URI; unset = file store under data_dir/mlruns"
+    )
+    holdout_days: float = Field(default=3.0, gt=0, description="days a retrain backtests on before promoting")
+    selection_folds: int = Field(default=2, ge=1, le=7, description="rolling-origin folds for family selection")
+    selection_fold_days: float = Field(default=1.0, gt=0, description="days each selection fold scores")
 
 
 class SchedulerSettings(_Section):

@@ -1,0 +1,171 @@
+"""Fit a bundle on a history, and backtest it: train before a cut, score every origin after it.
+
+The report is what ``prewarm forecast backtest --json`` writes and what a retrain logs to MLflow:
+aggregate and per-model Brier at ``lead``/``window``, against two baselines (a per-model constant Poisson
+rate fitted on the training part, and the time-of-week profile), Poisson deviance, and the reliability
+table that shows whether the probabilities are calibrated.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from forecaster._bundle import ForecasterBundle
+from forecaster._history import History
+from forecaster._scoring import brier, poisson_deviance, reliability, time_of_week_probability, window_sums
+from forecaster._select import SelectionConfig, select_and_fit
+from prewarm._exceptions import InvalidInput
+
+__all__ = ["BacktestReport", "backtest", "fit_bundle"]
+
+
+def fit_bundle(
+    history: History, config: SelectionConfig | None = None, *, bucket_s: int = 60, horizon_s: int = 7200
+) -> ForecasterBundle:
+    """Select and fit a family per model on all of ``history``; the bundle is trained until its end."""
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+    # BLAS threads fighting over 2 shared cores made small per-series solves 50x slower; one is best.
+    with threadpool_limits(1):
+        choices = select_and_fit(history, config)
+    return ForecasterBundle.from_choices(
+        choices, trained_until=float(history.end), bucket_s=bucket_s, horizon_s=horizon_s
+    )
+
+
+@dataclass
+class BacktestReport:
+    aggregate: dict[str, Any]
+    per_model: dict[str, dict[str, Any]]
+    reliability: list[dict[str, float]]
+    bundle: ForecasterBundle
+    # Arrays kept for plots: per model, p and outcome per evaluation origin.
+    p: npt.NDArray[np.float64] = field(repr=False)
+    outcome: npt.NDArray[np.float64] = field(repr=False)
+    test: History = field(repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"aggregate": self.aggregate, "per_model": self.per_model, "reliability": self.reliability}
+
+
+def backtest(
+    history: History,
+    train_until: float,
+    *,
+    lead: int = 5,
+    window: int = 10,
+    config: SelectionConfig | None = None,
+    families: dict[str, str] | None = None,
+) -> BacktestReport:
+    """Train on ``history`` before ``train_until``, score on the rest. ``families`` (model → pattern
+    family, e.g. from the synthetic generator) adds a per-family breakdown to the aggregate."""
+    train, test = history.split(train_until)
+    if train.minutes < 60:
+        raise InvalidInput(f"less than an hour of history before --train-until {train_until}", reason="split")
+    if test.minutes < lead + window:
+        raise InvalidInput(
+            f"less than {lead + window} minutes of history after --train-until", reason="split"
+        )
+    config = config or SelectionConfig(lead=lead, window=window)
+    began = time.perf_counter()
+    bundle = fit_bundle(train, config)
+    fit_s = time.perf_counter() - began
+
+    stamps = test.timestamps()
+    rates = bundle.rates(stamps, train.models)
+    expected = window_sums(rates, lead, window)
+    sums = window_sums(test.counts, lead, window)
+    outcome = np.where(np.isnan(sums), np.nan, (sums > 0).astype(np.float64))
+    p = 1.0 - np.exp(-bundle.scales(train.models)[:, None] * expected)
+
+    with np.errstate(invalid="ignore"):
+        const = np.nan_to_num(np.nanmean(np.where(np.isfinite(train.counts), train.counts, np.nan), axis=1))
+    p_base = np.broadcast_to(1.0 - np.exp(-const[:, None] * window), p.shape)
+    full = np.concatenate([train.counts, test.counts], axis=1)
+    p_tow = time_of_week_probability(full, train.start, train.minutes, lead, window)
+
+    b_model, b_base, b_tow = brier(p, outcome), brier(p_base, outcome), brier(p_tow, outcome)
+    dev = poisson_deviance(rates, test.counts)
+    dev_base = poisson_deviance(np.broadcast_to(const[:, None], test.counts.shape), test.counts)
+    table, ece = reliability(p, outcome)
+    _, ece_base = reliability(np.array(p_base), outcome)
+
+    per_model: dict[str, dict[str, Any]] = {}
+    for i, model in enumerate(train.models):
+        choice = bundle.choice(model)
+        per_model[model] = {
+            "family_chosen": choice.family,
+            "brier": float(b_model[i]),
+            "brier_baseline": float(b_base[i]),
+            "brier_time_of_week": float(b_tow[i]),
+            "brier_skill": _skill(b_model[i], b_base[i]),
+            "poisson_deviance": float(dev[i]),
+            "poisson_deviance_baseline": float(dev_base[i]),
+            "scale": choice.scale,
+            "validation_scores": choice.scores,
+            "reason": choice.reason,
+        }
+        if families is not None:
+            per_model[model]["pattern"] = families.get(model)
+    aggregate = _aggregate(b_model, b_base, b_tow, dev, dev_base)
+    aggregate.update(
+        {
+            "ece": ece,
+            "ece_baseline": ece_base,
+            "lead_minutes": lead,
+            "window_minutes": window,
+            "train_start": train.start,
+            "train_until": train.end,
+            "test_until": test.end,
+            "fit_seconds": round(fit_s, 3),
+            "families_chosen": _counts(bundle.choice(m).family for m in train.models),
+        }
+    )
+    if families is not None:
+        aggregate["by_pattern"] = {
+            name: _aggregate(*(a[rows] for a in (b_model, b_base, b_tow, dev, dev_base)))
+            | {"families_chosen": _counts(bundle.choice(train.models[i]).family for i in rows)}
+            for name in sorted(set(families.values()))
+            if (
+                rows := np.array(
+                    [i for i, m in enumerate(train.models) if families.get(m) == name], dtype=int
+                )
+            ).size
+        }
+    return BacktestReport(aggregate, per_model, table, bundle, p, outcome, test)
+
+
+def _skill(model: float, base: float) -> float:
+    return float(1.0 - model / base) if base > 0 else 0.0
+
+
+def _aggregate(
+    b_model: npt.NDArray[np.float64],
+    b_base: npt.NDArray[np.float64],
+    b_tow: npt.NDArray[np.float64],
+    dev: npt.NDArray[np.float64],
+    dev_base: npt.NDArray[np.float64],
+) -> dict[str, Any]:
+    brier_m, brier_b, brier_t = float(b_model.mean()), float(b_base.mean()), float(b_tow.mean())
+    return {
+        "brier": brier_m,
+        "brier_baseline": brier_b,
+        "brier_skill": _skill(brier_m, brier_b),
+        "brier_time_of_week": brier_t,
+        "brier_skill_vs_time_of_week": _skill(brier_m, brier_t),
+        "poisson_deviance": float(dev.mean()),
+        "poisson_deviance_baseline": float(dev_base.mean()),
+        "models": int(b_model.size),
+    }
+
+
+def _counts(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items()))

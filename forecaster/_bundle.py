@@ -1,0 +1,203 @@
+"""The fitted forecaster the scheduler holds: per-model week tables, calibration, and versioned JSON.
+
+``ForecasterBundle.predict(now, horizon_s)`` is one gather from a ``(models, 10080)`` float32 table plus a
+reshape per bucket: forecasts for a thousand models over two hours take milliseconds. On disk a bundle is
+a directory: ``bundle.json`` (layout version, settings it was trained with, models, summary) and
+``params.jsonl`` (one versioned JSON object per model: family, its parameters, calibration, scores,
+fallback reason). Loading recompiles the tables from the parameters; nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from forecaster._calendar import WEEK_MIN, minute_index
+from forecaster._codec import check_version
+from forecaster._select import Choice
+from forecaster._types import ModelForecast
+from forecaster.families import FAMILIES, family
+from prewarm._exceptions import ForecastError
+
+__all__ = ["BUNDLE_VERSION", "ForecasterBundle"]
+
+BUNDLE_VERSION = 1
+_KIND = "prewarm-forecaster"
+
+
+@dataclass
+class ForecasterBundle:
+    """Fitted forecasts for a set of models. Build with ``from_choices`` or ``load``."""
+
+    choices: list[Choice]
+    trained_until: float
+    bucket_s: int = 60
+    horizon_s: int = 7200
+    summary: dict[str, Any] = field(default_factory=dict)
+    _tables: npt.NDArray[np.float32] = field(init=False, repr=False)
+    _scale: npt.NDArray[np.float64] = field(init=False, repr=False)
+    _index: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.bucket_s % 60 or self.bucket_s <= 0:
+            raise ForecastError(f"bucket_s must be a positive multiple of 60, got {self.bucket_s}")
+        tables = np.zeros((len(self.choices), WEEK_MIN), dtype=np.float32)
+        for i, choice in enumerate(self.choices):
+            try:
+                week = family(choice.family).week(choice.params)
+            except (KeyError, TypeError, ValueError, ForecastError) as exc:
+                raise ForecastError(
+                    f"{choice.model}: cannot compile {choice.family} parameters: {exc}"
+                ) from exc
+            tables[i] = np.nan_to_num(np.maximum(week, 0.0) * choice.level, nan=0.0, posinf=0.0)
+        self._tables = tables
+        self._scale = np.array([c.scale for c in self.choices], dtype=np.float64)
+        self._index = {c.model: i for i, c in enumerate(self.choices)}
+
+    @classmethod
+    def from_choices(
+        cls, choices: Sequence[Choice], *, trained_until: float, bucket_s: int = 60, horizon_s: int = 7200
+    ) -> ForecasterBundle:
+        return cls(list(choices), trained_until=trained_until, bucket_s=bucket_s, horizon_s=horizon_s)
+
+    @property
+    def models(self) -> list[str]:
+        return [c.model for c in self.choices]
+
+    def choice(self, model: str) -> Choice:
+        return self.choices[self._index[model]]
+
+    def rates(
+        self, timestamps: npt.ArrayLike, models: Sequence[str] | None = None
+    ) -> npt.NDArray[np.float64]:
+        """Expected requests per minute at each minute timestamp, ``(models, len(timestamps))``."""
+        rows = slice(None) if models is None else [self._index[m] for m in models]
+        return self._tables[rows][:, minute_index(timestamps)].astype(np.float64)
+
+    def scales(self, models: Sequence[str] | None = None) -> npt.NDArray[np.float64]:
+        return self._scale if models is None else self._scale[[self._index[m] for m in models]]
+
+    def predict(self, now: float, horizon_s: int | None = None) -> dict[str, ModelForecast]:
+        """Forecasts for every model over the horizon from ``now`` floored to a whole bucket.
+
+        ``expected`` sums the per-minute rates over each bucket; ``p_any = 1 - exp(-c·expected)`` with the
+        model's calibration factor ``c`` from the backtest.
+        """
+        horizon = self.horizon_s if horizon_s is None else int(horizon_s)
+        buckets = max(1, math.ceil(horizon / self.bucket_s))
+        per_bucket = self.bucket_s // 60
+        start = math.floor(now / self.bucket_s) * self.bucket_s
+        cells = minute_index(start + 60.0 * np.arange(buckets * per_bucket))
+        expected = self._tables[:, cells].astype(np.float64).reshape(len(self.choices), buckets, per_bucket)
+        expected = expected.sum(axis=2)
+        p_any = 1.0 - np.exp(-self._scale[:, None] * expected)
+        return {
+            c.model: ModelForecast(
+                model=c.model,
+                start=float(start),
+                bucket_s=self.bucket_s,
+                expected=expected[i],
+                p_any=p_any[i],
+                family=c.family,
+            )
+            for i, c in enumerate(self.choices)
+        }
+
+    # -- persistence -------------------------------------------------------------------------------
+
+    def save(self, directory: str | Path) -> Path:
+        """Write ``bundle.json`` and ``params.jsonl`` into ``directory`` (created if needed)."""
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        header = {
+            "version": BUNDLE_VERSION,
+            "kind": _KIND,
+            "trained_until": self.trained_until,
+            "bucket_s": self.bucket_s,
+            "horizon_s": self.horizon_s,
+            "models": self.models,
+            "families": {a: f.version for a, f in FAMILIES.items()},
+            "summary": self.summary,
+        }
+        lines = [
+            json.dumps(
+                {
+                    "version": BUNDLE_VERSION,
+                    "model": c.model,
+                    "family": c.family,
+                    "family_version": family(c.family).version,
+                    "scale": c.scale,
+                    "level": c.level,
+                    "params": c.params,
+                    "scores": c.scores,
+                    "reason": c.reason,
+                },
+                allow_nan=False,
+            )
+            for c in self.choices
+        ]
+        (path / "params.jsonl").write_text("\n".join(lines) + ("\n" if lines else ""))
+        (path / "bundle.json").write_text(json.dumps(header, indent=2, default=_jsonable))
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path) -> ForecasterBundle:
+        """Read a bundle written by ``save``; ``ForecastError`` for anything missing, malformed or newer."""
+        path = Path(directory)
+        try:
+            header = json.loads((path / "bundle.json").read_text())
+            raw_lines = (path / "params.jsonl").read_text().splitlines()
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ForecastError(f"{path}: not a forecaster bundle: {exc}") from exc
+        if header.get("kind") != _KIND:
+            raise ForecastError(f"{path}: bundle.json is not a {_KIND} bundle")
+        check_version(header, BUNDLE_VERSION, f"{path}/bundle.json")
+        choices: list[Choice] = []
+        for number, line in enumerate(raw_lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ForecastError(f"{path}/params.jsonl line {number}: {exc}") from exc
+            check_version(entry, BUNDLE_VERSION, f"{path}/params.jsonl line {number}")
+            fam = FAMILIES.get(entry.get("family", ""))
+            if fam is None or entry.get("family_version") != fam.version:
+                raise ForecastError(
+                    f"{path}/params.jsonl line {number}: family {entry.get('family')!r} "
+                    f"version {entry.get('family_version')!r} is not known to this code"
+                )
+            choices.append(
+                Choice(
+                    model=entry["model"],
+                    family=entry["family"],
+                    params=entry["params"],
+                    scale=float(entry["scale"]),
+                    level=float(entry.get("level", 1.0)),
+                    scores=dict(entry.get("scores") or {}),
+                    reason=entry.get("reason"),
+                )
+            )
+        bundle = cls(
+            choices,
+            trained_until=float(header["trained_until"]),
+            bucket_s=int(header["bucket_s"]),
+            horizon_s=int(header["horizon_s"]),
+        )
+        bundle.summary = dict(header.get("summary") or {})
+        return bundle
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,143 @@
+"""``retrain``: what the scheduler's daily cron job (and ``prewarm forecast train``) calls.
+
+It reads ``history_days`` of per-minute history (from the demand store, or frames handed in), backtests
+a fresh selection on the last ``holdout_days`` to score it, fits the bundle that will serve on the whole
+history, and logs both to MLflow, where ``champion`` moves only if the new backtest is better. Time comes
+in as ``now``; nothing here reads the clock for the data window.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+
+from forecaster._backtest import BacktestReport, backtest, fit_bundle
+from forecaster._bundle import ForecasterBundle
+from forecaster._history import History
+from forecaster._select import SelectionConfig
+from forecaster._tracking import RegisterDecision, log_retrain
+from prewarm._exceptions import ForecastError
+from prewarm._logging import get_logger
+from prewarm._settings import Settings
+
+__all__ = ["RetrainResult", "retrain", "selection_config", "tracking_uri_of"]
+
+log = get_logger(__name__)
+
+
+class DemandReader(Protocol):
+    """The part of ``ingest.DemandStore`` the forecaster reads."""
+
+    def bulk(self, models: Any, start: float, end: float, step: int = 60) -> pd.DataFrame: ...
+
+
+@dataclass(frozen=True)
+class RetrainResult:
+    bundle: ForecasterBundle
+    report: BacktestReport | None
+    decision: RegisterDecision | None
+    seconds: float
+
+    @property
+    def run_id(self) -> str | None:
+        return self.decision.run_id if self.decision else None
+
+
+def selection_config(settings: Settings) -> SelectionConfig:
+    f = settings.forecast
+    return SelectionConfig(
+        lead=f.lead_minutes,
+        window=f.window_minutes,
+        folds=f.selection_folds,
+        fold_days=f.selection_fold_days,
+    )
+
+
+def tracking_uri_of(settings: Settings) -> str:
+    """``mlflow_tracking_uri`` if set, else a file store under ``data_dir`` (the embedded default)."""
+    uri = settings.forecast.mlflow_tracking_uri
+    if uri:
+        return uri
+    return (Path(settings.core.data_dir).resolve() / "mlruns").as_uri()
+
+
+def retrain(
+    settings: Settings,
+    source: DemandReader | pd.DataFrame | History,
+    now: float,
+    *,
+    track: bool = True,
+    tracking_uri: str | None = None,
+) -> RetrainResult:
+    """Retrain on the ``history_days`` before ``now``; log, register and maybe promote (``track``)."""
+    began = time.perf_counter()
+    f = settings.forecast
+    start = (int(now) // 60 - f.history_days * 1440) * 60
+    end = int(now) // 60 * 60
+    if isinstance(source, History):
+        history = source
+    elif isinstance(source, pd.DataFrame):
+        history = History.from_frame(source)
+    else:
+        history = History.from_frame(source.bulk(None, start, end, step=60))
+    if history.minutes:
+        history, _ = history.split(end)
+        history = history.split(start)[1] if history.start < start else history
+    if not history.models:
+        raise ForecastError("no models with demand history to train on")
+    config = selection_config(settings)
+    report: BacktestReport | None = None
+    holdout = int(f.holdout_days * 86400)
+    if history.minutes * 60 > holdout + 2 * 86400:
+        report = backtest(
+            history, history.end - holdout, lead=f.lead_minutes, window=f.window_minutes, config=config
+        )
+    else:
+        log.warning("history too short for a holdout backtest; the run is logged without a score")
+    bundle = fit_bundle(history, config, bucket_s=f.bucket_s, horizon_s=f.horizon_s)
+    if report is not None:
+        bundle.summary = {k: v for k, v in report.aggregate.items() if k != "by_pattern"}
+    decision = None
+    if track:
+        from forecaster._plots import backtest_plots
+
+        with tempfile.TemporaryDirectory() as tmp:
+            plots = backtest_plots(report, Path(tmp)) if report is not None else []
+            decision = log_retrain(
+                bundle,
+                report,
+                tracking_uri=tracking_uri or tracking_uri_of(settings),
+                experiment=f.mlflow_experiment,
+                registered_model=f.registered_model,
+                params={
+                    "models": len(history.models),
+                    "history_start": history.start,
+                    "trained_until": history.end,
+                    "history_days": f.history_days,
+                    "holdout_days": f.holdout_days,
+                    "lead_minutes": f.lead_minutes,
+                    "window_minutes": f.window_minutes,
+                    "bucket_s": f.bucket_s,
+                    "horizon_s": f.horizon_s,
+                    "selection_folds": config.folds,
+                    "families": ",".join(config.families),
+                },
+                now=now,
+                plots=plots,
+            )
+    seconds = time.perf_counter() - began
+    log.info(
+        "forecaster retrained",
+        extra={
+            "models": len(history.models),
+            "seconds": round(seconds, 1),
+            "brier_skill": None if report is None else round(report.aggregate["brier_skill"], 4),
+            "promoted": None if decision is None else decision.promoted,
+        },
+    )
+    return RetrainResult(bundle, report, decision, seconds)

@@ -1,0 +1,255 @@
+"""Per-model family selection by rolling-origin backtest, calibration, and the fallbacks.
+
+For each mature model, every candidate family is fitted on the history up to each fold origin and scored
+on the following ``fold_days``: Brier score of "any request in the ``window`` minutes starting ``lead``
+minutes ahead", at the best calibration factor ``c`` of ``P(any) = 1 - exp(-c·expected)``. The family
+with the lowest pooled score wins and is refitted on the whole history with its ``c``.
+
+Fallbacks, each recorded in ``Choice.reason`` and logged:
+- a model with less than ``new_model_days`` of history since its first request: a prior, the median
+  shape of models of similar volume at its own rate;
+- less than ``short_history_days``: seasonal naive on what there is, no backtest, ``c = 1``;
+- a family that fails on the full history: seasonal naive, then a constant rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from forecaster._calendar import DAY_MIN, minute_index
+from forecaster._history import History
+from forecaster._scoring import SCALE_GRID, window_sums
+from forecaster.families import CANDIDATES, FAMILIES, Failure, Params, prior_params
+from prewarm._logging import get_logger
+
+__all__ = ["Choice", "SelectionConfig", "select_and_fit"]
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class SelectionConfig:
+    lead: int = 5
+    window: int = 10
+    folds: int = 2
+    fold_days: float = 1.0
+    short_history_days: float = 2.0
+    tolerance: float = 0.01
+    min_positives: int = 100
+    dormant_hours: float = 12.0
+    dormant_expected: float = 10.0
+    new_model_days: float = 1.0
+    families: tuple[str, ...] = CANDIDATES
+
+
+@dataclass
+class Choice:
+    """What was chosen for one model and why."""
+
+    model: str
+    family: str
+    params: Params
+    scale: float = 1.0
+    level: float = 1.0
+    scores: dict[str, float] = field(default_factory=dict)
+    reason: str | None = None
+
+
+def _ages(counts: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """First minute with a request (``minutes`` if none) and observed days from then on."""
+    n, t = counts.shape
+    requested = np.nan_to_num(counts) > 0
+    first = np.where(requested.any(axis=1), requested.argmax(axis=1), 0) if t else np.zeros(n, np.int64)
+    observed = np.cumsum(~np.isnan(counts), axis=1) if t else np.zeros((n, 0))
+    before = np.where(first > 0, observed[np.arange(n), np.maximum(first - 1, 0)], 0) if t else np.zeros(n)
+    total = observed[:, -1] if t else np.zeros(n)
+    return first.astype(np.int64), (total - before) / DAY_MIN
+
+
+def select_and_fit(history: History, config: SelectionConfig | None = None) -> list[Choice]:
+    """Choose and fit a family per model of ``history``; never raises for a bad series."""
+    config = config or SelectionConfig()
+    n = len(history.models)
+    counts = np.array(history.counts, dtype=np.float64, copy=True)
+    counts[~np.isfinite(counts) | (counts < 0)] = np.nan  # NaN, inf and negatives are "no data"
+    first, age = _ages(counts)
+    young = age < config.short_history_days
+    for i in np.flatnonzero(first > 0):
+        # The store zero-fills from the start of the query; before its first request a model did not
+        # exist yet, and those zeros would drag every level and weekday estimate down after a launch.
+        counts[i, : first[i]] = np.nan
+    clean = History(history.models, history.start, counts)
+    choices: list[Choice | None] = [None] * n
+
+    mature = np.flatnonzero(~young)
+    if mature.size:
+        for i, choice in zip(mature, _backtest_select(clean.select(mature), config), strict=True):
+            choices[i] = choice
+    short = np.flatnonzero(young & (age >= config.new_model_days))
+    if short.size:
+        for i, choice in zip(short, _fit_fallback(clean.select(short), "short history"), strict=True):
+            choices[i] = choice
+    new = np.flatnonzero(age < config.new_model_days)
+    if new.size:
+        peers = [c for c in choices if c is not None]
+        for i in new:
+            choices[i] = _prior(history.models[i], counts[i], peers)
+    return [c for c in choices if c is not None]
+
+
+def _backtest_select(history: History, config: SelectionConfig) -> list[Choice]:
+    n, t = len(history.models), history.minutes
+    fold_min = int(config.fold_days * DAY_MIN)
+    families = [a for a in config.families if a in FAMILIES]
+    sse = {a: np.zeros((n, SCALE_GRID.size)) for a in families}
+    usable = {a: np.ones(n, dtype=bool) for a in families}
+    known = np.zeros(n)
+    positives = np.zeros(n)
+    for f in range(config.folds, 0, -1):
+        origin = t - f * fold_min
+        if origin < DAY_MIN:
+            continue
+        fit_part = History(history.models, history.start, history.counts[:, :origin])
+        actual = history.counts[:, origin : origin + fold_min]
+        sums = window_sums(actual, config.lead, config.window)
+        outcome = np.where(np.isnan(sums), np.nan, (sums > 0).astype(np.float64))
+        seen = ~np.isnan(outcome)
+        known += seen.sum(axis=1)
+        positives += np.nan_to_num(outcome).sum(axis=1)
+        cells = minute_index(fit_part.end + 60 * np.arange(actual.shape[1]))
+        for alias in families:
+            fam = FAMILIES[alias]
+            rows = np.flatnonzero(fam.eligible(fit_part))
+            usable[alias][np.setdiff1d(np.arange(n), rows)] = False
+            if not rows.size:
+                continue
+            fitted = fam.fit(fit_part.select(rows))
+            rates = np.zeros((rows.size, actual.shape[1]))
+            for j, params in enumerate(fitted):
+                if isinstance(params, Failure):
+                    usable[alias][rows[j]] = False
+                else:
+                    rates[j] = fam.week(params)[cells]
+            expected = window_sums(rates, config.lead, config.window)
+            obs = np.nan_to_num(outcome[rows])
+            for k, scale in enumerate(SCALE_GRID):
+                p = 1.0 - np.exp(-scale * expected)
+                sse[alias][rows, k] += np.where(seen[rows], (p - obs) ** 2, 0.0).sum(axis=1)
+    if not known.any():
+        return _fit_fallback(history, "history too short for a backtest fold")
+    scores = np.full((n, len(families)), np.inf)
+    best_scale = np.ones((n, len(families)))
+    for j, alias in enumerate(families):
+        per_scale = sse[alias] / np.maximum(known, 1)[:, None]
+        k = per_scale.argmin(axis=1)
+        scores[:, j] = np.where(usable[alias], per_scale[np.arange(n), k], np.inf)
+        best_scale[:, j] = SCALE_GRID[k]
+    # Within ``tolerance`` of the best, the earlier (simpler) family wins: a day or two of validation on
+    # a sparse series cannot tell families apart, and the simpler one generalises better.
+    best = scores.min(axis=1, keepdims=True)
+    winner = np.argmax(scores <= best * (1.0 + config.tolerance) + 1e-12, axis=1)
+    # Too few positive windows to estimate a calibration factor: keep the Poisson formula (c = 1).
+    best_scale[positives < config.min_positives] = 1.0
+    choices: list[Choice | None] = [None] * n
+    for j, alias in enumerate(families):
+        rows = np.flatnonzero((winner == j) & np.isfinite(scores[:, j]))
+        if not rows.size:
+            continue
+        fitted = FAMILIES[alias].fit(history.select(rows))
+        retry: list[int] = []
+        for r, params in zip(rows, fitted, strict=True):
+            if isinstance(params, Failure):
+                log.warning(
+                    "forecast family failed on the full history; falling back",
+                    extra={"model": history.models[r], "family": alias, "reason": params.reason},
+                )
+                retry.append(int(r))
+                continue
+            choices[r] = Choice(
+                model=history.models[r],
+                family=alias,
+                params=params,
+                scale=float(best_scale[r, j]),
+                scores=_scores_of(scores[r], families),
+            )
+        if retry:
+            for k, choice in zip(retry, _fit_fallback(history.select(retry), f"{alias} failed"), strict=True):
+                choice.scores = _scores_of(scores[k], families)
+                choices[k] = choice
+    missing = [i for i, c in enumerate(choices) if c is None]
+    if missing:
+        for k, choice in zip(
+            missing, _fit_fallback(history.select(missing), "no family fitted"), strict=True
+        ):
+            choices[k] = choice
+    out = [c for c in choices if c is not None]
+    _mark_dormant(history, out, config)
+    return out
+
+
+def _mark_dormant(history: History, choices: list[Choice], config: SelectionConfig) -> None:
+    """Scale down models that went silent: no request in the last ``dormant_hours`` where the fitted
+    family expected at least ``dormant_expected``. Smoothing families take days to notice a deprecation;
+    the chance of such a silence under the fit is below exp(-dormant_expected)."""
+    span = min(history.minutes, int(config.dormant_hours * 60))
+    if span <= 0:
+        return
+    recent = history.counts[:, -span:]
+    cells = minute_index(history.end - 60 * np.arange(span, 0, -1))
+    for i, choice in enumerate(choices):
+        if np.nansum(recent[i]) > 0 or np.isnan(recent[i]).mean() > 0.5:
+            continue
+        expected = float(FAMILIES[choice.family].week(choice.params)[cells].sum())
+        if expected >= config.dormant_expected:
+            choice.level = 0.5 / expected
+            choice.reason = (
+                f"dormant: no request in {config.dormant_hours:g} h where {expected:.0f} were expected"
+            )
+            log.info("forecast dormant model", extra={"model": choice.model, "reason": choice.reason})
+
+
+def _scores_of(row: npt.NDArray[np.float64], families: list[str]) -> dict[str, float]:
+    return {a: float(s) for a, s in zip(families, row, strict=True) if np.isfinite(s)}
+
+
+def _fit_fallback(history: History, why: str) -> list[Choice]:
+    """Seasonal naive where it fits, else a constant rate, else zero; the reason says which and why."""
+    out: list[Choice | None] = [None] * len(history.models)
+    pending = list(range(len(history.models)))
+    for alias in ("seasonal_naive_daily", "rate"):
+        if not pending:
+            break
+        fitted = FAMILIES[alias].fit(history.select(pending))
+        still: list[int] = []
+        for i, params in zip(pending, fitted, strict=True):
+            if isinstance(params, Failure):
+                still.append(i)
+            else:
+                out[i] = Choice(history.models[i], alias, params, reason=f"{why}: {alias}")
+        pending = still
+    for i in pending:
+        out[i] = Choice(history.models[i], "rate", {"rate": 0.0}, reason=f"{why}: no observed data, rate 0")
+    for choice in out:
+        assert choice is not None
+        log.info("forecast fallback", extra={"model": choice.model, "reason": choice.reason})
+    return [c for c in out if c is not None]
+
+
+def _prior(model: str, counts: npt.NDArray[np.float64], peers: list[Choice]) -> Choice:
+    """A new model: the median shape of peers of similar volume, at the model's own rate (if any)."""
+    with np.errstate(invalid="ignore"):
+        own = float(np.nanmean(counts)) if np.any(~np.isnan(counts)) else float("nan")
+    tables = (
+        np.stack([FAMILIES[c.family].week(c.params) for c in peers]) if peers else np.zeros((0, 7 * DAY_MIN))
+    )
+    rates = tables.mean(axis=1) if tables.size else np.zeros(0)
+    if np.isnan(own):
+        own = float(np.median(rates)) if rates.size else 0.0
+    similar = (rates >= own / 3.0) & (rates <= own * 3.0) if own > 0 else rates > 0
+    chosen = tables[similar] if similar.any() else tables
+    reason = f"new model: prior from {len(chosen)} similar models at its own rate"
+    log.info("forecast prior", extra={"model": model, "reason": reason})
+    return Choice(model, "prior", prior_params(own, chosen), reason=reason)

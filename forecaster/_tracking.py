@@ -1,0 +1,196 @@
+"""MLflow at the boundary: log a retrain, register it, move ``champion`` only when it is better, load back.
+
+Every MLflow call goes through ``_mlflow_errors``, which turns MLflow's (and its HTTP client's) errors
+into ``TrackingError`` with ``transient`` set for connection problems, so callers (the scheduler's cron
+job, the CLI) see one exception type and can decide to retry.
+
+Layout of a logged model: a pyfunc logged *from code* (``forecaster/_pyfunc_model.py``) with the bundle's
+JSON as its artifact ``bundle``; ``load_forecaster`` reads that JSON directly, so loading the champion
+never unpickles anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forecaster._backtest import BacktestReport
+from forecaster._bundle import ForecasterBundle
+from prewarm._exceptions import ForecastError, TrackingError
+from prewarm._logging import get_logger
+
+__all__ = ["CHAMPION", "RegisterDecision", "load_forecaster", "log_retrain"]
+
+log = get_logger(__name__)
+CHAMPION = "champion"
+# The metric a candidate must beat the champion on. Skill is relative to each run's own constant-rate
+# baseline, which keeps runs trained on different weeks comparable; raw Brier would not be.
+DECISION_METRIC = "agg.brier_skill"
+_PYFUNC_CODE = Path(__file__).with_name("_pyfunc_model.py")
+
+
+@dataclass(frozen=True)
+class RegisterDecision:
+    run_id: str
+    model_version: str | None
+    promoted: bool
+    reason: str
+    candidate_score: float
+    champion_score: float | None
+
+
+@contextlib.contextmanager
+def _mlflow_errors(what: str) -> Iterator[None]:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as exc:
+        transient = getattr(exc, "error_code", "") in {"TEMPORARILY_UNAVAILABLE", "INTERNAL_ERROR"}
+        raise TrackingError(f"MLflow: {what}: {exc.message}", transient=transient) from exc
+    except (ConnectionError, TimeoutError, OSError) as exc:
+        raise TrackingError(f"MLflow: {what}: {exc}", transient=True) from exc
+    except Exception as exc:
+        # The HTTP client's errors (requests, botocore via the artifact proxy) are not MlflowException.
+        module = type(exc).__module__.split(".")[0]
+        if module in {"requests", "urllib3", "botocore", "boto3"}:
+            raise TrackingError(f"MLflow: {what}: {exc}", transient=True) from exc
+        raise
+
+
+def _client(tracking_uri: str) -> Any:
+    import mlflow
+    from mlflow import MlflowClient
+
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_registry_uri(tracking_uri)
+    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
+def _safe_key(text: str) -> str:
+    # MLflow keys allow letters, digits, '_', '-', '.', ' ', '/'; model ids only use those already.
+    return text
+
+
+def log_retrain(
+    bundle: ForecasterBundle,
+    report: BacktestReport | None,
+    *,
+    tracking_uri: str,
+    experiment: str,
+    registered_model: str,
+    params: dict[str, Any],
+    now: float,
+    plots: list[Path] | None = None,
+) -> RegisterDecision:
+    """Log one retrain as a run, register its model, and promote it to ``champion`` if it is better."""
+    import mlflow
+
+    client = _client(tracking_uri)
+    aggregate = report.aggregate if report is not None else {}
+    with _mlflow_errors(f"log retrain to {experiment!r}"):
+        mlflow.set_experiment(experiment)
+        with mlflow.start_run(run_name=f"retrain-{int(now)}") as run, tempfile.TemporaryDirectory() as tmp:
+            mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+            metrics = {f"agg.{k}": float(v) for k, v in aggregate.items() if _is_number(v)}
+            for pattern, values in (aggregate.get("by_pattern") or {}).items():
+                metrics.update(
+                    {f"pattern.{pattern}.{k}": float(v) for k, v in values.items() if _is_number(v)}
+                )
+            if report is not None:
+                for model, values in report.per_model.items():
+                    for key in ("brier", "brier_baseline", "brier_time_of_week", "poisson_deviance"):
+                        metrics[f"model.{_safe_key(model)}.{key}"] = float(values[key])
+            metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}
+            if metrics:
+                mlflow.log_metrics(metrics, step=0)
+            mlflow.set_tags(
+                {
+                    "prewarm.kind": "forecaster-retrain",
+                    "prewarm.now": str(now),
+                    "prewarm.models": str(len(bundle.models)),
+                }
+            )
+            bundle_dir = bundle.save(Path(tmp) / "bundle")
+            mlflow.log_artifacts(str(bundle_dir), artifact_path="params")
+            if report is not None:
+                (Path(tmp) / "backtest.json").write_text(json.dumps(report.to_json(), indent=1, default=str))
+                mlflow.log_artifact(str(Path(tmp) / "backtest.json"), artifact_path="backtest")
+            for plot in plots or []:
+                mlflow.log_artifact(str(plot), artifact_path="backtest")
+            info = mlflow.pyfunc.log_model(
+                name="forecaster",
+                python_model=str(_PYFUNC_CODE),
+                artifacts={"bundle": str(bundle_dir)},
+                pip_requirements=[f"mlflow=={mlflow.__version__}", "numpy", "pandas"],
+                registered_model_name=registered_model,
+            )
+        run_id = run.info.run_id
+        version = str(info.registered_model_version) if info.registered_model_version is not None else None
+        score = float(aggregate.get("brier_skill", float("nan")))
+        return _decide(client, registered_model, run_id, version, score)
+
+
+def _decide(client: Any, name: str, run_id: str, version: str | None, score: float) -> RegisterDecision:
+    from mlflow.exceptions import MlflowException
+
+    champion_score: float | None = None
+    current: Any = None
+    try:
+        current = client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        current = None  # no champion yet
+    if current is not None:
+        champion_run = client.get_run(current.run_id)
+        champion_score = champion_run.data.metrics.get(DECISION_METRIC)
+    if version is None:
+        promoted, reason = False, "model version was not registered"
+    elif not math.isfinite(score):
+        promoted, reason = False, "candidate has no backtest score"
+    elif current is None:
+        promoted, reason = True, "no champion yet"
+    elif champion_score is None or score > champion_score:
+        promoted = True
+        reason = f"{DECISION_METRIC} {score:.4f} beats champion v{current.version} ({champion_score})"
+    else:
+        promoted = False
+        reason = (
+            f"{DECISION_METRIC} {score:.4f} does not beat champion v{current.version} ({champion_score:.4f})"
+        )
+    if promoted:
+        client.set_registered_model_alias(name, CHAMPION, version)
+    client.set_tag(run_id, "prewarm.champion_decision", ("promoted: " if promoted else "kept: ") + reason)
+    log.info(
+        "forecaster champion decision",
+        extra={"promoted": promoted, "reason": reason, "run_id": run_id, "version": version},
+    )
+    return RegisterDecision(run_id, version, promoted, reason, score, champion_score)
+
+
+def load_forecaster(uri: str | Path, *, tracking_uri: str | None = None) -> ForecasterBundle:
+    """A bundle from a local directory, or from MLflow (``models:/NAME@ALIAS``, ``models:/NAME/3``,
+    ``runs:/RUN/forecaster``): the logged model is downloaded and its JSON bundle read."""
+    text = str(uri)
+    if "://" not in text and not text.startswith(("models:/", "runs:/")):
+        return ForecasterBundle.load(text)
+    import mlflow
+
+    with _mlflow_errors(f"load {text}"), tempfile.TemporaryDirectory() as tmp:
+        if tracking_uri is not None:
+            _client(tracking_uri)
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=text, dst_path=tmp))
+        candidates = [local / "artifacts" / "bundle", local / "bundle", local]
+        for candidate in candidates:
+            if (candidate / "bundle.json").exists():
+                return ForecasterBundle.load(candidate)
+        raise ForecastError(f"{text}: no forecaster bundle in the downloaded model")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,0 +1,45 @@
+"""A prior for a model too new to fit: the median daily/weekly shape of similar models, at its own rate.
+
+"Similar" is chosen at selection time (models of comparable volume); the saved parameters are the shape
+itself (half-hour resolution, mean 1) and the rate, so a prior never depends on another model's entry.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from forecaster._calendar import WEEK_MIN
+from forecaster._codec import decode_array, encode_array
+from forecaster._history import History
+from forecaster.families._base import Failure, Family, Params
+
+__all__ = ["Prior", "prior_params"]
+
+_BUCKET = 30
+
+
+def prior_params(rate: float, tables: npt.NDArray[np.float64]) -> Params:
+    """Parameters from the week tables (``(k, 10080)``) of the similar models and the model's own rate."""
+    if tables.size:
+        per_slot = tables.reshape(tables.shape[0], -1, _BUCKET).mean(axis=2)
+        means = per_slot.mean(axis=1, keepdims=True)
+        shapes = per_slot[means[:, 0] > 0] / means[means[:, 0] > 0]
+        shape = np.median(shapes, axis=0) if shapes.size else np.ones(WEEK_MIN // _BUCKET)
+    else:
+        shape = np.ones(WEEK_MIN // _BUCKET)
+    shape = shape / max(float(shape.mean()), 1e-12)
+    return {"rate": float(max(rate, 0.0)), "shape30": encode_array(shape)}
+
+
+class Prior(Family):
+    alias = "prior"
+
+    def fit(self, history: History) -> list[Params | Failure]:
+        # A prior is built from other models (see ``prior_params``); fitting it alone means "no peers".
+        with np.errstate(invalid="ignore"):
+            rates = np.nan_to_num(np.nanmean(history.counts, axis=1)) if history.minutes else np.zeros(0)
+        return [prior_params(float(r), np.zeros((0, WEEK_MIN))) for r in rates]
+
+    def week(self, params: Params) -> npt.NDArray[np.float64]:
+        return np.repeat(decode_array(params["shape30"]), _BUCKET) * max(0.0, float(params["rate"]))
