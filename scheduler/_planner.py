@@ -24,7 +24,6 @@ decision taken in two rounds, or by two scheduler replicas, has the same id and 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -184,6 +183,10 @@ class _Book:
 
     def closest(self, model: str) -> Tier:
         return next((t for t in CACHE_TIERS if model in self.held[t]), Tier.L3)
+
+    def copy(self) -> _Book:
+        # Entries are replaced, never mutated, so copying the per-tier dicts is enough.
+        return _Book(self.node, self.capacity, self.unlisted, {t: dict(d) for t, d in self.held.items()})
 
 
 @dataclass
@@ -510,7 +513,7 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
     # Try the target, then each tier one step farther that is still closer than where the model is.
     tier: Tier | None = cand.tier
     while tier is not None and tier.level < cand.frm.level:
-        trial = copy.deepcopy(book)
+        trial = book.copy()
         moves: list[tuple[str, Tier, Tier]] = []
         path = [t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level]
         if all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path):

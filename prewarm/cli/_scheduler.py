@@ -2,6 +2,63 @@
 
 from __future__ import annotations
 
-from prewarm.cli._common import app_group
+from pathlib import Path
+
+import typer
+
+from prewarm.cli._common import app_group, bench_app, settings_of, write_json
 
 app = app_group("The scheduler: planning loop, hint API and order publishing.")
+
+
+@app.command("run")
+def run(
+    ctx: typer.Context,
+    catalog: Path | None = typer.Option(None, help="Catalog YAML (default: PREWARM_CATALOG)."),
+    cluster: Path | None = typer.Option(None, help="Cluster YAML (default: PREWARM_CLUSTER, else one node)."),
+) -> None:
+    """Plan, publish timed orders to Kafka and serve the hint API until interrupted."""
+    import uvicorn
+
+    from models import Catalog
+    from prewarm import ConfigError
+    from scheduler import Cluster
+    from scheduler._api import create_app
+    from scheduler._runtime import Runtime
+
+    settings = settings_of(ctx)
+    path = catalog or settings.core.catalog
+    if path is None:
+        raise ConfigError("no catalog: pass --catalog or set PREWARM_CATALOG", setting="PREWARM_CATALOG")
+    cluster_file = cluster or settings.scheduler.cluster
+    runtime = Runtime(settings, Catalog.load(path), Cluster.load(cluster_file) if cluster_file else None)
+    runtime.start()
+    try:
+        app_ = create_app(runtime.core, settings.scheduler, ready=runtime.ready)
+        typer.echo(
+            f"hint API on http://{settings.scheduler.api_host}:{settings.scheduler.api_port}", err=True
+        )
+        uvicorn.run(
+            app_,
+            host=settings.scheduler.api_host,
+            port=settings.scheduler.api_port,
+            log_level="warning",
+            access_log=False,  # a request line can carry nothing secret, but keep the log for events
+        )
+    finally:
+        runtime.stop()
+
+
+@bench_app.command("hints")
+def bench_hints(
+    ctx: typer.Context,
+    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here (- = stdout)."),
+    hints: int = typer.Option(200, min=1, help="Hints to post, one after another."),
+) -> None:
+    """Latency from POST /v1/hints to the order on the orders topic (target p99 < 100 ms)."""
+    from scheduler._bench import bench_hints as measure
+
+    result = measure(settings_of(ctx), hints)
+    write_json(result, json_out)
+    if json_out is not None and str(json_out) != "-":
+        typer.echo(f"hints={result['hints']} p50={result['p50_ms']}ms p99={result['p99_ms']}ms", err=True)

@@ -128,3 +128,15 @@ def test_ready_only_while_started(kafka_bootstrap: str, unique: str, tmp_path: P
     with rt:
         assert rt.ready() == (True, "ok")
     assert rt.ready()[0] is False
+
+
+def test_hint_benchmark_reports_percentiles(kafka_bootstrap: str, unique: str, tmp_path: Path) -> None:
+    from scheduler._bench import bench_hints
+
+    settings = settings_for(kafka_bootstrap, unique, tmp_path)
+    settings = settings.model_copy(
+        update={"scheduler": settings.scheduler.model_copy(update={"api_port": 0})}
+    )
+    result = bench_hints(settings, hints=20)
+    assert result["hints"] == 20
+    assert 0 < result["p50_ms"] <= result["p99_ms"]
