@@ -64,25 +64,32 @@ class MinuteAggregator:
 
     def add(self, event: RequestEvent, watermark_ms: int | None, now: float) -> tuple[Verdict, int | None]:
         """Classify and count one event; returns the verdict and the partition's new watermark."""
-        ts = event.ts
+        return self.add_fields(
+            event.model, event.ts, event.cold_start, event.wait_ms or 0.0, watermark_ms, now
+        )
+
+    def add_fields(
+        self, model: str, ts: int, cold: bool, wait_ms: float, watermark_ms: int | None, now: float
+    ) -> tuple[Verdict, int | None]:
+        """``add`` on the fields the window needs (the consumer's hot path skips the event object)."""
         if ts > (now + self.policy.future_tolerance_s) * 1000.0:
             self.future += 1
             return Verdict.FUTURE, watermark_ms
         if watermark_ms is not None and ts < watermark_ms - self.policy.lateness_s * 1000.0:
             self.late += 1
             return Verdict.LATE, watermark_ms
-        key = (event.model, minute_of(ts))
+        key = (model, (ts // 60_000) * MINUTE_S)
         cell = self.cells.get(key)
         if cell is None:
             cell = self.cells[key] = Cell()
         cell.requests += 1
-        if event.cold_start:
+        if cold:
             cell.cold_starts += 1
-        if event.wait_ms:
-            cell.wait_ms += event.wait_ms
-        seen = self.last_seen_ms.get(event.model)
+        if wait_ms:
+            cell.wait_ms += wait_ms
+        seen = self.last_seen_ms.get(model)
         if seen is None or ts > seen:
-            self.last_seen_ms[event.model] = ts
+            self.last_seen_ms[model] = ts
         self.counted += 1
         if watermark_ms is None or ts > watermark_ms:
             watermark_ms = ts

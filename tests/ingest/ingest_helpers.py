@@ -1,0 +1,109 @@
+"""Helpers of the ingest tests (a plain module: conftest.py holds only fixtures)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+from ingest import DeadLetter, RequestLogProducer, decode_dead_letter
+from ingest._kafka import create_topic
+from prewarm import IngestSettings, KafkaSettings
+
+REPO = Path(__file__).resolve().parents[2]
+
+# ---------------------------------------------------------------- helpers
+
+
+def make_topic(kafka: KafkaSettings, partitions: int = 3) -> None:
+    create_topic(kafka, kafka.topic_requests, partitions)
+    create_topic(kafka, kafka.topic_dlq, 1)
+
+
+def event(ts_ms: int, model: str, **extra: Any) -> bytes:
+    return json.dumps({"v": 1, "ts": ts_ms, "model": model, **extra}).encode()
+
+
+def produce(kafka: KafkaSettings, values: Sequence[tuple[bytes | None, bytes]]) -> None:
+    """Send (key, value) pairs in order and wait for every ack."""
+    with RequestLogProducer(
+        kafka.kafka_bootstrap, kafka.topic_requests, compression="none", kafka=kafka
+    ) as p:
+        for key, value in values:
+            p.send_raw(value, key)
+
+
+def read_all(kafka: KafkaSettings, topic: str, expected: int, timeout_s: float = 30.0) -> list[Any]:
+    """Every record of ``topic`` from the beginning, once at least ``expected`` have arrived."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafka.kafka_bootstrap, enable_auto_commit=False, consumer_timeout_ms=1000
+    )
+    try:
+        deadline = time.monotonic() + timeout_s
+        partitions: set[int] = set()
+        while not partitions and time.monotonic() < deadline:
+            partitions = consumer.partitions_for_topic(topic) or set()
+            if not partitions:
+                time.sleep(0.2)
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        records: list[Any] = []
+        while time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+            if len(records) >= expected:
+                # Drain what is left, then stop.
+                for batch in consumer.poll(timeout_ms=500).values():
+                    records.extend(batch)
+                break
+        return records
+    finally:
+        consumer.close()
+
+
+def dead_letters(kafka: KafkaSettings, expected: int) -> list[DeadLetter]:
+    return [decode_dead_letter(r) for r in read_all(kafka, kafka.topic_dlq, expected)]
+
+
+def cli_env(kafka: KafkaSettings, ingest: IngestSettings, store_url: str) -> dict[str, str]:
+    """The environment of a ``prewarm`` subprocess that talks to the same topic, group and store."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREWARM_")}
+    env.update(
+        PREWARM_KAFKA_BOOTSTRAP=kafka.kafka_bootstrap,
+        PREWARM_TOPIC_REQUESTS=kafka.topic_requests,
+        PREWARM_TOPIC_DLQ=kafka.topic_dlq,
+        PREWARM_CONSUMER_GROUP=ingest.consumer_group,
+        PREWARM_BATCH_MAX_EVENTS=str(ingest.batch_max_events),
+        PREWARM_BATCH_MAX_S=str(ingest.batch_max_s),
+        PREWARM_DATABASE_URL=store_url,
+        PREWARM_LOG_LEVEL="INFO",
+    )
+    return env
+
+
+def prewarm_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from prewarm.cli import main; main()", *args]
+
+
+def spawn_consumer(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    handle = log.open("ab")
+    return subprocess.Popen(
+        prewarm_cmd("ingest", "run", *args), env=env, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT
+    )
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")

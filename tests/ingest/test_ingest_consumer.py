@@ -1,0 +1,157 @@
+"""The consumer against the real broker, on both databases: exact counts, dead letters, late events."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+
+import pytest
+from ingest_helpers import dead_letters, event, make_topic, produce
+
+from ingest import DemandStore, IngestConsumer, IngestSummary
+from prewarm import EVENT_MAX_BYTES, IngestSettings, KafkaSettings
+
+pytestmark = pytest.mark.kafka
+
+NOW_MS = int(time.time() * 1000)
+
+
+def consume(
+    store: DemandStore, kafka: KafkaSettings, ingest: IngestSettings, records: int, timeout_s: float = 60.0
+) -> IngestSummary:
+    """Run one consumer until ``records`` records are committed (or fail after ``timeout_s``)."""
+    stop = threading.Event()
+    timer = threading.Timer(timeout_s, stop.set)
+    timer.start()
+    try:
+        summary = IngestConsumer(store, kafka, ingest).run(stop, max_records=records)
+    finally:
+        timer.cancel()
+    assert summary.records >= records, f"timed out: {summary.records} of {records} records committed"
+    return summary
+
+
+def good_events(
+    n: int, models: int = 5, seed: int = 1, start: int = NOW_MS - 3_600_000, span: int = 3_000_000
+) -> tuple[list[tuple[bytes | None, bytes]], Counter[tuple[str, int]]]:
+    """``n`` valid events in time order from ``start`` (ms) over ``span`` ms, and the truth per minute."""
+    rng = random.Random(seed)
+    truth: Counter[tuple[str, int]] = Counter()
+    out: list[tuple[bytes | None, bytes]] = []
+    for i in range(n):
+        model = f"model-{rng.randrange(models)}"
+        ts = start + i * (span // n)
+        extra = {"served_from": "L2", "wait_ms": 100.0} if i % 7 == 0 else {}
+        out.append((model.encode(), event(ts, model, **extra)))
+        truth[(model, (ts // 60_000) * 60)] += 1
+    return out, truth
+
+
+def stored(store: DemandStore) -> Counter[tuple[str, int]]:
+    return Counter({(m, minute): req for m, minute, req, _, _ in store.minutes()})
+
+
+def test_events_are_counted_exactly_per_model_and_minute(
+    store: DemandStore, kafka_settings: KafkaSettings, ingest_settings: IngestSettings
+) -> None:
+    make_topic(kafka_settings, partitions=3)
+    events, truth = good_events(600)
+    produce(kafka_settings, events)
+    summary = consume(store, kafka_settings, ingest_settings, len(events))
+    assert summary.events == 600
+    assert stored(store) == truth
+    assert store.counters(ingest_settings.consumer_group)["events"] == 600
+    cold = sum(c for _, _, _, c, _ in store.minutes())
+    assert cold == len(range(0, 600, 7))
+    assert (
+        sum(
+            o.next_offset
+            for o in store.load_offsets(
+                ingest_settings.consumer_group, kafka_settings.topic_requests
+            ).values()
+        )
+        == 600
+    )
+
+
+def test_a_restarted_consumer_resumes_from_the_offsets_in_the_store(
+    store: DemandStore, kafka_settings: KafkaSettings, ingest_settings: IngestSettings
+) -> None:
+    make_topic(kafka_settings, partitions=2)
+    first, truth1 = good_events(200, seed=2)
+    produce(kafka_settings, first)
+    consume(store, kafka_settings, ingest_settings, 200)
+    second, truth2 = good_events(150, seed=3, start=NOW_MS - 500_000, span=400_000)
+    produce(kafka_settings, second)
+    summary = consume(store, kafka_settings, ingest_settings, 150)
+    assert summary.records == 150  # nothing of the first run read again
+    assert stored(store) == truth1 + truth2
+
+
+def test_malformed_event_goes_to_dead_letter_topic(
+    store: DemandStore, kafka_settings: KafkaSettings, ingest_settings: IngestSettings
+) -> None:
+    """10% bad messages of every kind: each is a dead letter with its reason and source; the rest count."""
+    make_topic(kafka_settings, partitions=2)
+    good, truth = good_events(270, seed=4)
+    future_ms = NOW_MS + 3_600_000
+    bad: list[tuple[bytes | None, bytes, str]] = [
+        (b"k", b"this is not json", "not_json"),
+        (b"k", b"\xff\xfe\xfa not utf-8", "not_utf8"),
+        (b"k", b'{"v":1,"ts":"yesterday","model":"m"}', "wrong_type"),
+        (b"k", b'{"v":1,"ts":1700000000000,"model":42}', "wrong_type"),
+        (b"k", b'{"v":1,"model":"m"}', "missing_field"),
+        (b"k", b'{"v":1,"ts":1700000000000}', "missing_field"),
+        (b"k", b'{"v":1,"ts":1,"model":"m","pad":"' + b"x" * EVENT_MAX_BYTES + b'"}', "oversized"),
+        (b"k", event(future_ms, "model-0"), "future"),
+        (b"k", b"[1,2,3]", "not_object"),
+        (b"k", b'{"v":7,"ts":1,"model":"m"}', "unsupported_version"),
+    ] * 3
+    mixed: list[tuple[bytes | None, bytes]] = [(k, v) for k, v in good]
+    rng = random.Random(5)
+    for key, value, _ in bad:
+        mixed.insert(rng.randrange(len(mixed) + 1), (key, value))
+    produce(kafka_settings, mixed)
+
+    summary = consume(store, kafka_settings, ingest_settings, len(mixed))
+
+    assert stored(store) == truth
+    expected = Counter(reason for _, _, reason in bad)
+    assert summary.dead_lettered == expected
+    letters = dead_letters(kafka_settings, len(bad))
+    unique = {letter.source: letter for letter in letters}  # at-least-once: duplicates share a source
+    assert Counter(letter.reason for letter in unique.values()) == expected
+    by_value = {value: reason for _, value, reason in bad}
+    for letter in unique.values():
+        assert letter.topic == kafka_settings.topic_requests
+        assert letter.partition in (0, 1)
+        assert letter.offset >= 0
+        assert by_value[letter.value] == letter.reason  # the original bytes, unchanged
+        assert letter.detail
+    counters = store.counters(ingest_settings.consumer_group)
+    assert counters["dead_lettered:oversized"] == 3
+    assert counters["events"] == 270
+
+
+def test_late_events_within_lateness_are_added_and_older_ones_dropped(
+    store: DemandStore, kafka_settings: KafkaSettings, unique: str
+) -> None:
+    make_topic(kafka_settings, partitions=1)
+    ingest = IngestSettings(
+        consumer_group=f"late-{unique}", lateness_s=300, batch_max_events=2, batch_max_s=0.2
+    )
+    base = NOW_MS - 3_600_000
+    values = [
+        (b"m", event(base, "m")),
+        (b"m", event(base + 1_200_000, "m")),  # the watermark moves 20 minutes on
+        (b"m", event(base + 1_200_000 - 299_000, "m")),  # 299 s late: counted
+        (b"m", event(base + 1_200_000 - 301_000, "m")),  # 301 s late: dropped
+        (b"m", event(base + 60_000, "m")),  # 19 minutes late: dropped
+    ]
+    produce(kafka_settings, values)
+    summary = consume(store, kafka_settings, ingest, len(values))
+    assert (summary.events, summary.late_dropped) == (3, 2)
+    assert store.totals() == {"m": 3}
+    assert store.counters(ingest.consumer_group)["late_dropped"] == 2
