@@ -43,6 +43,10 @@ class ObjectStore(ABC):
     def read_range(self, uri: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``; exactly ``end - start`` of them or an ``ObjectStoreError``."""
 
+    def read_range_into(self, uri: str, start: int, dest: memoryview) -> None:
+        """Bytes ``[start, start + len(dest))`` straight into ``dest`` (an L1 buffer): no extra copy."""
+        dest[:] = self.read_range(uri, start, start + len(dest))
+
     def iter_bytes(self, uri: str, block: int = _HASH_BLOCK) -> Iterator[bytes]:
         size = self.size(uri)
         for start in range(0, size, block):
@@ -76,6 +80,21 @@ class FileStore(ObjectStore):
             return self.path(uri).stat().st_size
         except OSError as exc:
             raise ObjectStoreError(f"file store: cannot stat {uri}: {exc.strerror}") from exc
+
+    def read_range_into(self, uri: str, start: int, dest: memoryview) -> None:
+        try:
+            fd = os.open(self.path(uri), os.O_RDONLY)
+        except OSError as exc:
+            raise ObjectStoreError(f"file store: cannot open {uri}: {exc.strerror}") from exc
+        try:
+            done = 0
+            while done < len(dest):
+                n = os.preadv(fd, [dest[done:]], start + done)
+                if n <= 0:
+                    raise ObjectStoreError(f"file store: {uri} is shorter than {start + len(dest)} bytes")
+                done += n
+        finally:
+            os.close(fd)
 
     def read_range(self, uri: str, start: int, end: int) -> bytes:
         try:
@@ -218,6 +237,26 @@ class S3Store(ObjectStore):
             return data
 
         return self._call(f"GET {uri} bytes {start}-{end - 1}", get)
+
+    def read_range_into(self, uri: str, start: int, dest: memoryview) -> None:
+        bucket, key = _split_s3(uri)
+        end = start + len(dest)
+
+        def get() -> None:
+            response = self._client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")
+            body = response["Body"]
+            done = 0
+            # readinto: the socket's bytes land in the L1 buffer, no intermediate bytes object.
+            while done < len(dest):
+                n = body.readinto(dest[done:])
+                if not n:
+                    raise ObjectStoreError(
+                        f"S3 endpoint {self.endpoint}: short read of {uri} [{start}, {end}): {done} bytes",
+                        transient=True,
+                    )
+                done += n
+
+        self._call(f"GET {uri} bytes {start}-{end - 1}", get)
 
     def put_file(self, path: Path, uri: str) -> None:
         """Upload (tests, the benchmark): boto3's managed multipart transfer."""

@@ -80,14 +80,14 @@ def fetch_l3(
     sha = hashlib.sha256()
     digester = ChunkDigester(l2.chunk_bytes)
 
-    def fetch(start: int, end: int) -> bytes:
-        data = store.read_range(uri, start, end)
+    def fetch(start: int, end: int) -> memoryview:
+        # Into the L1 buffer when there is one (the bytes are needed there anyway), else a scratch one.
+        data = dest[start:end] if dest is not None else memoryview(bytearray(end - start))
+        store.read_range_into(uri, start, data)
         l2.write(tw, start, data)
-        if dest is not None:
-            dest[start:end] = data
         return data
 
-    inflight: deque[Future[bytes]] = deque()
+    inflight: deque[Future[memoryview]] = deque()
     try:
         for start, end in parts:
             transfer.checkpoint()

@@ -196,9 +196,9 @@ class _SlowStore:
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
-    def read_range(self, uri: str, start: int, end: int) -> bytes:
+    def read_range_into(self, uri: str, start: int, dest: memoryview) -> None:
         time.sleep(self._delay)
-        return self._inner.read_range(uri, start, end)  # type: ignore[attr-defined,no-any-return]
+        self._inner.read_range_into(uri, start, dest)  # type: ignore[attr-defined]
 
 
 def test_demand_load_finishes_before_a_prefetch_started_earlier(

@@ -110,12 +110,11 @@ class _DyingStore(FileStore):
     def __init__(self, budget: int) -> None:
         self.budget = budget
 
-    def read_range(self, uri: str, start: int, end: int) -> bytes:
-        if start > 0:  # the header probe always succeeds
-            self.budget -= 1
-            if self.budget < 0:
-                raise ObjectStoreError("store went away", transient=True)
-        return super().read_range(uri, start, end)
+    def read_range_into(self, uri: str, start: int, dest: memoryview) -> None:
+        self.budget -= 1
+        if self.budget < 0:
+            raise ObjectStoreError("store went away", transient=True)
+        super().read_range_into(uri, start, dest)
 
 
 def test_failed_download_leaves_nothing_visible_and_budgets_whole(
