@@ -35,8 +35,17 @@ from executor._l0 import DeviceModel, L0Cache, l0_capacity, resolve_device
 from executor._l1 import HostBlock, L1Cache, ModelKey
 from executor._l2 import L2Cache, L2Object, L2Reader
 from executor._l3 import ObjectStore, open_store
-from executor._pipeline import DeviceCopier, fetch_l3, host_view, probe_l3, read_header_l2, read_l2
-from executor._priority import LinkGate, Transfer
+from executor._pipeline import (
+    DeviceCopier,
+    StagingRing,
+    fetch_l3,
+    host_view,
+    into_buffer,
+    probe_l3,
+    read_header_l2,
+    read_l2,
+)
+from executor._priority import LinkGate
 from executor._safetensors import Layout, tensor_views
 from executor._tier import Entry, TierCache
 from models import Catalog, ModelSpec
@@ -292,7 +301,12 @@ class Executor:
                 return Tier.L2
             block: HostBlock | None = None
             if tier.level <= 1:
-                block = self.l1.reserve(key, layout.file_bytes, prefetched=not demand)
+                try:
+                    block = self.l1.reserve(key, layout.file_bytes, prefetched=not demand)
+                except CapacityError:
+                    if tier is not Tier.L0:
+                        raise
+                    # L1 cannot hold it: fetch to L2 only, then stage L2 -> L0 below.
             try:
                 tw = self.l2.begin(sha, layout.file_bytes, model=spec.id, version=spec.version)
                 dest = host_view(block.buffer)[0] if block is not None else None
@@ -313,7 +327,10 @@ class Executor:
                 if block is not None:
                     self.l1.cache.abort(key)
                 raise
-        if block is not None:
+        if block is None:
+            if tier is Tier.L0:
+                self._l2_up(spec, self._published(sha), tier, hops, demand)
+        else:
             block.layout = layout
             self.l1.cache.commit(key, block)
             if tier is Tier.L0:
@@ -326,49 +343,37 @@ class Executor:
                     self.l1.cache.unpin(key)
         return Tier.L3
 
+    def _published(self, sha: str) -> L2Object:
+        obj = self.l2.lookup(sha)
+        if obj is None:
+            raise CapacityError(f"L2 object {sha[:12]} was evicted before it could be read")
+        return obj
+
     def _l2_up(self, spec: ModelSpec, obj: L2Object, tier: Tier, hops: _Hops, demand: bool) -> None:
-        """L2 → L1, and on to L0 overlapped: each chunk is copied to the device as soon as it is read."""
+        """L2 → L1, and on to L0 overlapped: each chunk is copied to the device as soon as it is read.
+
+        When L1 cannot hold the model (bigger than its budget, or everything there in use) and the
+        target is L0, the chunks go through a small pinned staging ring instead and L1 is skipped.
+        """
         key = spec.key
-        layout = read_header_l2(obj)
+        layout = read_header_l2(obj)  # validated before anything is allocated
         if self.l2.pin(obj.sha256) is None:
             raise IntegrityError(f"{spec.id}: L2 object vanished before it could be read")
         device_model: DeviceModel | None = None
         block: HostBlock | None = None
         try:
-            block = self.l1.reserve(key, obj.size, prefetched=not demand)
-            mv, address = host_view(block.buffer)
-            copier: DeviceCopier | None = None
+            try:
+                block = self.l1.reserve(key, obj.size, prefetched=not demand)
+            except CapacityError:
+                if tier is not Tier.L0:
+                    raise
+                log.info("model does not fit L1 now: staging L2 -> L0", extra={"model": spec.id})
             if tier is Tier.L0:
                 device_model = self.l0.reserve(key, obj.size, prefetched=not demand)
-                copier = DeviceCopier(block.buffer, device_model.buffer)
-            is_demand = self._is_demand(key, demand)
-            with (
-                hops.hop("L2->L0" if copier else "L2->L1"),
-                self._gates["L2->L1"].transfer(is_demand) as disk,
-                self._gates["L1->L0"].transfer(is_demand) as pcie,
-                L2Reader(obj, direct=self.settings.l2_direct_io) as reader,
-            ):
-
-                def on_chunk(start: int, end: int) -> None:
-                    if copier is not None:
-                        pcie.checkpoint()
-                        copier.copy(start, end)
-
-                try:
-                    read_l2(
-                        reader,
-                        mv,
-                        address,
-                        pool=self._disk_pool,
-                        window=2 * self.settings.read_threads,
-                        transfer=disk,
-                        on_chunk=on_chunk,
-                    )
-                finally:
-                    if copier is not None:
-                        copier.finish()
-            block.layout = layout
-            self.l1.cache.commit(key, block)
+            self._read_l2(obj, block, device_model, hops, self._is_demand(key, demand))
+            if block is not None:
+                block.layout = layout
+                self.l1.cache.commit(key, block)
             if device_model is not None:
                 self._commit_l0(key, device_model, layout)
         except BaseException:
@@ -380,16 +385,59 @@ class Executor:
         finally:
             self.l2.unpin(obj.sha256)
 
+    def _read_l2(
+        self,
+        obj: L2Object,
+        block: HostBlock | None,
+        device_model: DeviceModel | None,
+        hops: _Hops,
+        is_demand: Callable[[], bool],
+    ) -> None:
+        copier = DeviceCopier(device_model.buffer) if device_model is not None else None
+        window = 2 * self.settings.read_threads
+        with (
+            hops.hop("L2->L0" if copier else "L2->L1"),
+            self._gates["L2->L1"].transfer(is_demand) as disk,
+            self._gates["L1->L0"].transfer(is_demand) as pcie,
+            L2Reader(obj, direct=self.settings.l2_direct_io) as reader,
+        ):
+            try:
+                if block is not None:
+                    mv, address = host_view(block.buffer)
+
+                    def landed(index: int, token: Any) -> None:
+                        if copier is not None:
+                            start, end = obj.chunk(index)
+                            pcie.checkpoint()
+                            copier.copy(block.buffer[start:end], start)
+
+                    target = into_buffer(mv, address, obj)
+                else:
+                    assert copier is not None
+                    ring = StagingRing(window, obj.chunk_bytes, pinned=self.device.type == "cuda")
+
+                    def landed(index: int, token: Any) -> None:
+                        start, end = obj.chunk(index)
+                        pcie.checkpoint()
+                        ring.release(token, copier.copy(ring.slot(token, end - start), start))
+
+                    target = ring.target
+                read_l2(
+                    reader, pool=self._disk_pool, window=window, transfer=disk, target=target, landed=landed
+                )
+            finally:
+                if copier is not None:
+                    copier.finish()
+
     def _l1_to_l0(self, spec: ModelSpec, block: HostBlock, hops: _Hops, demand: bool) -> None:
         key = spec.key
         layout = block.layout
         assert layout is not None
         device_model = self.l0.reserve(key, layout.file_bytes, prefetched=not demand)
         try:
-            copier = DeviceCopier(block.buffer, device_model.buffer)
-            transfer: Transfer
+            copier = DeviceCopier(device_model.buffer)
             with hops.hop("L1->L0"), self._gates["L1->L0"].transfer(self._is_demand(key, demand)) as transfer:
-                copier.copy_all(layout.file_bytes, self.settings.chunk_bytes, transfer)
+                copier.copy_all(block.buffer, layout.file_bytes, self.settings.chunk_bytes, transfer)
             self._commit_l0(key, device_model, layout)
         except BaseException:
             self.l0.cache.abort(key)

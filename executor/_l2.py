@@ -156,36 +156,44 @@ class L2Reader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def read_chunk(self, index: int, dest: memoryview, dest_address: int) -> int:
-        """Read chunk ``index`` into ``dest[start:end]`` (``dest`` spans the whole file, rounded up to
-        ``ALIGN``) and check its digest; ``dest_address`` is ``dest``'s address, for alignment."""
+    def read_chunk(self, index: int, out: memoryview, out_address: int) -> int:
+        """Read chunk ``index`` into the start of ``out`` and check its digest; returns its length.
+
+        ``out_address`` is ``out``'s address: O_DIRECT needs it, the file offset and the length aligned,
+        so ``out`` should have room for the length rounded up to ``ALIGN``; otherwise this reads buffered.
+        """
         start, end = self.obj.chunk(index)
+        n = end - start
         done = 0
-        if self._direct_fd is not None and (dest_address + start) % ALIGN == 0:
-            want = round_up(end - start)
+        want = round_up(n)
+        if (
+            self._direct_fd is not None
+            and (out_address % ALIGN, start % ALIGN) == (0, 0)
+            and len(out) >= want
+        ):
             try:
-                while done < end - start:
-                    n = os.preadv(self._direct_fd, [dest[start + done : start + want]], start + done)
-                    if n <= 0:
+                while done < n:
+                    got = os.preadv(self._direct_fd, [out[done:want]], start + done)
+                    if got <= 0:
                         break
-                    done += n
+                    done += got
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise StorageError(f"L2 read of {self.obj.path} failed: {exc.strerror}") from exc
                 done = 0  # the filesystem took the open but refuses the read: buffered below
-            done = min(done, end - start)
-        while done < end - start:
-            n = os.preadv(self._fd, [dest[start + done : end]], start + done)
-            if n <= 0:
+            done = min(done, n)
+        while done < n:
+            got = os.preadv(self._fd, [out[done:n]], start + done)
+            if got <= 0:
                 raise IntegrityError(f"L2 object {self.obj.sha256[:12]} is shorter than its index says")
-            done += n
-        if xxhash.xxh3_64_intdigest(dest[start:end]) != self.obj.digests[index]:
+            done += got
+        if xxhash.xxh3_64_intdigest(out[:n]) != self.obj.digests[index]:
             _metrics.INTEGRITY_FAILURES.labels("L2").inc()
             raise IntegrityError(
                 f"L2 object {self.obj.sha256[:12]} ({self.obj.model}) chunk {index} at byte {start}: "
                 "digest mismatch"
             )
-        return end - start
+        return n
 
 
 class L2Cache:

@@ -5,8 +5,9 @@
   to the L2 temp file and, when an L1 block is given, into it; the sha256 and the chunk digests are
   computed in order on the driver thread while the next parts are in flight.
 - ``read_l2``: L2 → L1: chunks read on several threads (O_DIRECT where possible) straight into the L1
-  block, each checked against its digest by the thread that read it; ``on_chunk`` lets the caller start
-  the device copy of every chunk as soon as it lands.
+  block, each checked against its digest by the thread that read it; the caller starts the device copy
+  of every chunk as soon as it lands. A model that L1 cannot hold goes L2 → L0 through a ``StagingRing``
+  of a few pinned chunks instead.
 - ``DeviceCopier``: L1 → L0 copies of chunks, asynchronous on a dedicated CUDA stream from pinned memory
   (so they overlap the disk reads), synchronous on the CPU stand-in.
 
@@ -25,12 +26,21 @@ from typing import Any
 
 import torch
 
-from executor._l2 import ChunkDigester, L2Cache, L2Object, L2Reader, TempWrite
+from executor._l2 import ALIGN, ChunkDigester, L2Cache, L2Object, L2Reader, TempWrite, round_up
 from executor._l3 import ObjectStore
 from executor._priority import Transfer
 from executor._safetensors import Layout, header_length, parse_header
 
-__all__ = ["DeviceCopier", "fetch_l3", "host_view", "probe_l3", "read_header_l2", "read_l2"]
+__all__ = [
+    "DeviceCopier",
+    "StagingRing",
+    "fetch_l3",
+    "host_view",
+    "into_buffer",
+    "probe_l3",
+    "read_header_l2",
+    "read_l2",
+]
 
 _PROBE_BYTES = 64 * 1024
 
@@ -110,62 +120,110 @@ def fetch_l3(
 
 def read_l2(
     reader: L2Reader,
-    dest: memoryview,
-    dest_address: int,
     *,
     pool: ThreadPoolExecutor,
     window: int,
     transfer: Transfer,
-    on_chunk: Callable[[int, int], None] | None = None,
+    target: Callable[[int], tuple[memoryview, int, Any]],
+    landed: Callable[[int, Any], None],
 ) -> None:
-    """Read every chunk of ``reader``'s object into ``dest``; ``on_chunk(start, end)`` as each lands."""
-    obj = reader.obj
-    inflight: dict[Future[int], int] = {}
-    pending = deque(range(obj.n_chunks))
+    """Read every chunk of ``reader``'s object, ``window`` at a time on ``pool``'s threads.
+
+    ``target(index)`` says where a chunk goes (memory, its address, a token); ``landed(index, token)``
+    runs on this thread as each chunk arrives, in completion order: that is where device copies start.
+    """
+    inflight: dict[Future[int], tuple[int, Any]] = {}
+    pending = deque(range(reader.obj.n_chunks))
     try:
         while pending or inflight:
             while pending and len(inflight) < window:
                 transfer.checkpoint()
                 index = pending.popleft()
-                inflight[pool.submit(reader.read_chunk, index, dest, dest_address)] = index
+                out, address, token = target(index)
+                inflight[pool.submit(reader.read_chunk, index, out, address)] = (index, token)
             done, _ = wait(inflight, return_when=FIRST_COMPLETED)
             for future in done:
-                index = inflight.pop(future)
+                index, token = inflight.pop(future)
                 future.result()
-                if on_chunk is not None:
-                    on_chunk(*obj.chunk(index))
+                landed(index, token)
     except BaseException:
         _drain(deque(inflight))
         raise
 
 
-class DeviceCopier:
-    """Host → device copies of byte ranges; asynchronous on its own CUDA stream when the device is CUDA."""
+def into_buffer(
+    dest: memoryview, address: int, obj: L2Object
+) -> Callable[[int], tuple[memoryview, int, Any]]:
+    """``read_l2`` targets for a buffer that holds the whole file (an L1 block)."""
 
-    def __init__(self, src: torch.Tensor, dst: torch.Tensor) -> None:
-        self._src = src
+    def target(index: int) -> tuple[memoryview, int, Any]:
+        start, end = obj.chunk(index)
+        return dest[start : min(start + round_up(end - start), len(dest))], address + start, None
+
+    return target
+
+
+class StagingRing:
+    """A few chunk-sized pinned slots that carry a model from L2 to L0 when L1 cannot hold it.
+
+    A slot is reused only after the device copy out of it has completed (its CUDA event), so the ring
+    bounds host memory at ``slots × chunk`` whatever the model's size.
+    """
+
+    def __init__(self, slots: int, chunk_bytes: int, *, pinned: bool) -> None:
+        self.slot_bytes = round_up(chunk_bytes)
+        raw = torch.empty(slots * self.slot_bytes + ALIGN, dtype=torch.uint8, pin_memory=pinned)
+        skip = (-raw.data_ptr()) % ALIGN
+        self.buffer = raw[skip : skip + slots * self.slot_bytes]
+        self._view, self._address = host_view(self.buffer)
+        self._free: deque[tuple[int, Any]] = deque((i, None) for i in range(slots))
+
+    def target(self, _index: int) -> tuple[memoryview, int, Any]:
+        slot, event = self._free.popleft()
+        if event is not None:
+            event.synchronize()
+        offset = slot * self.slot_bytes
+        return self._view[offset : offset + self.slot_bytes], self._address + offset, slot
+
+    def slot(self, slot: int, nbytes: int) -> torch.Tensor:
+        offset = slot * self.slot_bytes
+        return self.buffer[offset : offset + nbytes]
+
+    def release(self, slot: int, event: Any) -> None:
+        self._free.append((slot, event))
+
+
+class DeviceCopier:
+    """Host → device copies into ``dst``; asynchronous on its own CUDA stream when the device is CUDA."""
+
+    def __init__(self, dst: torch.Tensor) -> None:
         self._dst = dst
         self._cuda = dst.device.type == "cuda"
         self._stream: Any = (
             torch.cuda.Stream(device=dst.device) if self._cuda else None  # type: ignore[no-untyped-call]
         )
 
-    def copy(self, start: int, end: int) -> None:
-        if self._cuda:
-            with torch.cuda.stream(self._stream):
-                self._dst[start:end].copy_(self._src[start:end], non_blocking=True)
-        else:
-            self._dst[start:end].copy_(self._src[start:end])
+    def copy(self, src: torch.Tensor, dst_start: int) -> Any:
+        """Copy ``src`` to ``dst[dst_start:]``; returns a CUDA event that fires when it is done (or None)."""
+        dst = self._dst[dst_start : dst_start + src.numel()]
+        if not self._cuda:
+            dst.copy_(src)
+            return None
+        with torch.cuda.stream(self._stream):
+            dst.copy_(src, non_blocking=True)
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record(self._stream)
+        return event
 
     def finish(self) -> None:
         """Wait until every copy has landed (the source may be freed, the views used, after this)."""
         if self._cuda:
             self._stream.synchronize()
 
-    def copy_all(self, size: int, chunk_bytes: int, transfer: Transfer) -> None:
+    def copy_all(self, src: torch.Tensor, size: int, chunk_bytes: int, transfer: Transfer) -> None:
         try:
             for start in range(0, size, chunk_bytes):
                 transfer.checkpoint()
-                self.copy(start, min(start + chunk_bytes, size))
+                self.copy(src[start : min(start + chunk_bytes, size)], start)
         finally:
             self.finish()

@@ -270,3 +270,28 @@ def test_state_reports_every_tier(catalog: Catalog, make_executor: ExecutorFacto
     assert not resident.prefetched
     assert resident.sha256 == catalog["m0"].sha256
     assert state.device == "cpu"
+
+
+@pytest.mark.parametrize("start_in", [Tier.L2, Tier.L3])
+def test_model_bigger_than_l1_reaches_l0_through_a_staging_ring(
+    catalog: Catalog, make_executor: ExecutorFactory, start_in: Tier
+) -> None:
+    size = catalog["m0"].size_bytes
+    executor = make_executor(catalog, l1_budget_bytes=size // 2)
+    if start_in is Tier.L2:
+        executor.ensure("m0", Tier.L2)
+
+    result = executor.ensure("m0", Tier.L0, demand=True)
+
+    assert result.served_from is start_in
+    assert "L2->L0" in result.seconds_per_hop
+    used = {t.tier: t.used_bytes for t in executor.state().tiers}
+    assert used[Tier.L1] == 0
+    assert used[Tier.L0] == size
+    from safetensors.torch import load_file
+
+    expected = load_file(str(FileStore.path(catalog["m0"].uri)))
+    with executor.acquire("m0") as tensors:
+        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
+    with pytest.raises(CapacityError):
+        executor.ensure("m0", Tier.L1)
