@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Apache Kafka 3.9, one KRaft node in combined broker+controller mode. Sourced by stack.sh (needs lib.sh).
 # The jars come from Maven Central through deploy/local/kafka/pom.xml (no release tarball is reachable).
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # the settings here are used by the scripts that source this file
 # Sourced by stack.sh, with-stack.sh and the per-service scripts: paths, ports, logging, and the
 # launch / stop / readiness machinery that every service of the local stack shares.
 # Not executable on its own.
@@ -35,18 +36,23 @@ die() {
   exit 1
 }
 
-# Name the service, show the end of its log, and stop: a start-up failure must be diagnosable from the
-# terminal (or CI output) alone.
-fail_service() {
+# Name the service and show the end of its log (of its latest start only: older runs would only mislead):
+# a start-up failure must be diagnosable from the terminal, or CI's output, alone.
+report_failure() {
   local svc=$1
   shift
   log "error: $svc: $*"
   local file="$LOG_DIR/$svc.log"
   if [[ -s $file ]]; then
     printf -- '----- last 30 lines of %s -----\n' "$file" >&2
-    tail -n 30 "$file" >&2
+    awk '/^===== .*: starting / { n = 0 } { line[n++] = $0 }
+      END { for (i = (n > 30 ? n - 30 : 0); i < n; i++) print line[i] }' "$file" >&2
     printf -- '-----\n' >&2
   fi
+}
+
+fail_service() {
+  report_failure "$@"
   exit 1
 }
 
@@ -101,6 +107,9 @@ launch() {
   local start
   start=$(proc_starttime "$pid") || fail_service "$svc" "exited immediately"
   echo "$pid $start $marker" >"$PID_DIR/$svc.pid"
+  # with-stack.sh stops exactly what its own `up` launched; recorded here, under the stack lock, so a
+  # concurrent invocation or a failed `up` cannot make it stop too much or too little.
+  if [[ -n ${STACK_STARTED_FILE:-} ]]; then echo "$svc" >>"$STACK_STARTED_FILE"; fi
 }
 
 # True while any process of the group PGID is alive (zombies do not count: if nothing reaps them they
@@ -143,7 +152,12 @@ wait_ready() {
   local deadline=$((SECONDS + timeout)) out=""
   until out=$("$@" 2>&1); do
     running_pid "$svc" >/dev/null || fail_service "$svc" "exited during start-up${out:+ (last check: ${out##*$'\n'})}"
-    ((SECONDS < deadline)) || fail_service "$svc" "not ready after ${timeout}s${out:+ (last check: ${out##*$'\n'})}"
+    if ((SECONDS >= deadline)); then
+      report_failure "$svc" "not ready after ${timeout}s${out:+ (last check: ${out##*$'\n'})}"
+      # A server stuck half-way would make every later `up` wait for it again: stop it.
+      "${svc}_stop"
+      exit 1
+    fi
     sleep 0.5
   done
 }

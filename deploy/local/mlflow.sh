@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # MLflow tracking server from .venv: runs and the model registry in PostgreSQL, artifacts in the S3
 # server's prewarm-mlflow bucket, proxied so that clients need only MLFLOW_TRACKING_URI. Sourced by
 # stack.sh (needs lib.sh, and PostgreSQL and S3 up first).

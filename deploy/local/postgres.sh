@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # PostgreSQL from Debian's packages, but our own cluster under .stack/pg on our own port: the system
 # cluster (if any) is left alone. Sourced by stack.sh (needs lib.sh).
 
@@ -56,6 +57,8 @@ postgres_prepare_dir() {
   if ((EUID == 0)); then
     chown "$PG_OS_USER:" "$(readlink -f "$PG_STATE")"
   fi
+  # The resolved path: the postgres user may not be able to pass through the link's directory.
+  PG_DATA="$(readlink -f "$PG_STATE")/data"
 }
 
 postgres_start() {
@@ -65,6 +68,9 @@ postgres_start() {
   postgres_as_user
   postgres_prepare_dir
   mkdir -p "$LOG_DIR"
+  # The postgres user may not be allowed into the current directory (a checkout under /root), and
+  # initdb and postgres complain about that.
+  pushd / >/dev/null
   if [[ ! -e $PG_DATA/PG_VERSION ]]; then
     log "postgres: initdb $PG_DATA"
     # Into a temp dir, renamed when complete: a half-written cluster is never mistaken for a good one.
@@ -81,6 +87,7 @@ postgres_start() {
   launch postgres "$PG_DATA" "${PG_AS[@]}" "$bin/postgres" -D "$PG_DATA" -p "$PG_PORT" \
     -c listen_addresses="$HOST" -c unix_socket_directories= \
     -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200
+  popd >/dev/null || return
 }
 
 # After a crash or a machine restart postmaster.pid may name a pid that now belongs to another process,

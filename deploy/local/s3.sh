@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # S3-compatible object store: versitygw (Apache-2.0) over a plain directory. Sourced by stack.sh (needs
 # lib.sh). Built from source with `go install` because no prebuilt binary is reachable here.
 
@@ -20,9 +21,13 @@ s3_install() {
   rm -rf "$tmp"
   mkdir -p "$tmp"
   # CGO off: a static binary that needs no C toolchain; GOFLAGS cleared so a developer's -mod=vendor and
-  # the like cannot break a module-mode install.
-  (cd "$tmp" && GOFLAGS= CGO_ENABLED=0 GOBIN="$tmp" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION") >&2 ||
-    die "s3: go install of versitygw $VERSITYGW_VERSION failed (see the output above)"
+  # the like cannot break a module-mode install. Go's output (a line per module) is shown only on failure.
+  mkdir -p "$LOG_DIR"
+  if ! (cd "$tmp" && GOFLAGS="" CGO_ENABLED=0 GOBIN="$tmp" \
+    go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION") >"$LOG_DIR/s3-install.log" 2>&1; then
+    tail -n 30 "$LOG_DIR/s3-install.log" >&2
+    die "s3: go install of versitygw $VERSITYGW_VERSION failed (log: $LOG_DIR/s3-install.log)"
+  fi
   rm -rf "$(dirname "$bin")"
   mv "$tmp" "$(dirname "$bin")"
 }

@@ -13,7 +13,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=deploy/local/lib.sh
+# shellcheck source=deploy/local/lib.sh source-path=SCRIPTDIR
 source "$here/lib.sh"
 for service_script in postgres s3 kafka mlflow; do
   # shellcheck disable=SC1090
@@ -144,14 +144,6 @@ cmd_status() {
   done
 }
 
-# For with-stack.sh: the services that `up` would have to start, one per line.
-cmd_not_ready() {
-  local svc
-  for svc in "${SERVICES[@]}"; do
-    is_ready "$svc" || echo "$svc"
-  done
-}
-
 (($# > 0)) || usage
 command=$1
 shift
@@ -159,7 +151,6 @@ case $command in
   up) (($# == 0)) || usage; cmd_up ;;
   down) cmd_down "$@" ;;
   status) cmd_status ;;
-  not-ready) cmd_not_ready ;;
   -h | --help | help) usage ;;
   *) usage ;;
 esac
