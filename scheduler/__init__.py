@@ -1,12 +1,24 @@
 """The scheduler: turns forecasts, hints and executor reports into timed prefetch/evict orders.
 
-The planner is pure (``plan``); the hint API, the APScheduler runtime and Kafka I/O sit around it.
+    orders = plan(now, forecasts, hints, catalog, ClusterState.merge(cluster, reports), PlannerConfig())
+
+``plan`` is pure (the simulator calls it with a virtual clock). Around it: ``SchedulerCore`` (planning
+state shared by the API and the runtime), ``create_app`` (the hint API), ``Runtime`` (APScheduler with a
+persistent job store, Kafka in and out). Those three are imported on first use, so a user of the planner
+alone never loads FastAPI, APScheduler or kafka-python.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from scheduler._cluster import Cluster, ClusterState, NodeSpec, NodeState
 from scheduler._planner import DEMAND_SOURCE, Placement, Plan, PlannerConfig, order_id, plan, plan_detailed
+
+if TYPE_CHECKING:
+    from scheduler._api import create_app
+    from scheduler._core import SchedulerCore
+    from scheduler._runtime import Runtime
 
 __all__ = [
     "DEMAND_SOURCE",
@@ -17,7 +29,20 @@ __all__ = [
     "Placement",
     "Plan",
     "PlannerConfig",
+    "Runtime",
+    "SchedulerCore",
+    "create_app",
     "order_id",
     "plan",
     "plan_detailed",
 ]
+
+_LAZY = {"create_app": "scheduler._api", "SchedulerCore": "scheduler._core", "Runtime": "scheduler._runtime"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'scheduler' has no attribute {name!r}")

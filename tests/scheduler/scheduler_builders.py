@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
 
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec, PriorityClass
-from prewarm import ExecutorState, Hint, ResidentModel, Tier, TierState
+from prewarm import ExecutorState, Hint, ResidentModel, Settings, Tier, TierState
 from scheduler import Cluster, ClusterState
 
 GB = 10**9
@@ -59,7 +60,7 @@ def resident(
 
 def report(
     node: str,
-    tiers: dict[Tier, Iterable[ResidentModel]],
+    tiers: Mapping[Tier, Iterable[ResidentModel]],
     *,
     capacity: dict[Tier, int],
     at: float = NOW,
@@ -114,4 +115,20 @@ def surge_forecast(
     probs = np.where(times >= surge_at, p, 0.0)
     return ModelForecast(
         model=model, start=start, bucket_s=bucket_s, expected=probs * 3, p_any=probs, family="test"
+    )
+
+
+def settings_for_stack(kafka_bootstrap: str, unique: str, tmp_path: Path, **overrides: str) -> Settings:
+    """Settings on the local stack's Kafka with topics of this test only, and a job store of its own."""
+    from prewarm import load_settings
+
+    return load_settings(
+        overrides={
+            "kafka_bootstrap": kafka_bootstrap,
+            "topic_orders": f"orders-{unique}",
+            "topic_executor_state": f"state-{unique}",
+            "database_url": f"sqlite:///{tmp_path / 'scheduler.db'}",
+            "plan_interval_s": "1",
+            **overrides,
+        }
     )

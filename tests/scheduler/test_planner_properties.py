@@ -10,11 +10,12 @@ from scheduler_builders import GB, NOW, catalog, flat_forecast, hint, report, re
 
 from forecaster import ModelForecast
 from models import Catalog
-from prewarm import Hint, Order, OrderAction, Tier
+from prewarm import Hint, Order, OrderAction, ResidentModel, Tier
 from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, plan, plan_detailed
 
 TIERS = (Tier.L0, Tier.L1, Tier.L2)
 CONFIG = PlannerConfig()
+World = tuple[Catalog, Cluster, ClusterState, list[Hint], dict[str, ModelForecast]]
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -38,7 +39,7 @@ def apply(held: dict[Tier, dict[str, int]], orders: Sequence[Order], cat: Catalo
 
 
 @st.composite
-def worlds(draw: st.DrawFn) -> tuple[Catalog, Cluster, ClusterState, list[Hint], dict[str, ModelForecast]]:
+def worlds(draw: st.DrawFn) -> World:
     names = [f"m{i}" for i in range(draw(st.integers(1, 7)))]
     sizes = {n: draw(st.integers(1, 60)) * GB for n in names}
     cat = catalog(*(spec(n, sizes[n]) for n in names))
@@ -47,7 +48,7 @@ def worlds(draw: st.DrawFn) -> tuple[Catalog, Cluster, ClusterState, list[Hint],
     reports = {}
     for node in node_names:
         cap = {t: draw(st.integers(0, 120)) * GB for t in TIERS}
-        tiers: dict[Tier, list] = {t: [] for t in TIERS}
+        tiers: dict[Tier, list[ResidentModel]] = {t: [] for t in TIERS}
         # Residents that fit, placed inclusively: a model in L0 is also in L1 and L2.
         for name in names:
             level = draw(st.sampled_from([0, 1, 2, 3, 3]))
@@ -85,7 +86,7 @@ def worlds(draw: st.DrawFn) -> tuple[Catalog, Cluster, ClusterState, list[Hint],
 
 @SETTINGS
 @given(worlds())
-def test_capacity_is_never_exceeded_by_applying_the_orders(world: tuple) -> None:
+def test_capacity_is_never_exceeded_by_applying_the_orders(world: World) -> None:
     cat, _, state, hints, forecasts = world
     orders = plan(NOW, forecasts, hints, cat, state, CONFIG)
     for name, node in state.nodes.items():
@@ -97,7 +98,7 @@ def test_capacity_is_never_exceeded_by_applying_the_orders(world: tuple) -> None
 
 @SETTINGS
 @given(worlds())
-def test_no_order_names_a_model_outside_the_catalog_or_an_unknown_node(world: tuple) -> None:
+def test_no_order_names_a_model_outside_the_catalog_or_an_unknown_node(world: World) -> None:
     cat, _, state, hints, forecasts = world
     for order in plan(NOW, forecasts, hints, cat, state, CONFIG):
         assert order.model in cat
@@ -108,7 +109,7 @@ def test_no_order_names_a_model_outside_the_catalog_or_an_unknown_node(world: tu
 
 @SETTINGS
 @given(worlds())
-def test_planning_is_deterministic_and_ids_are_unique(world: tuple) -> None:
+def test_planning_is_deterministic_and_ids_are_unique(world: World) -> None:
     cat, _, state, hints, forecasts = world
     first = plan(NOW, forecasts, hints, cat, state, CONFIG)
     assert first == plan(NOW, forecasts, hints, cat, state, CONFIG)

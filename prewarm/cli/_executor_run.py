@@ -1,0 +1,48 @@
+"""``prewarm executor run``: the node daemon (orders in, state out, load API). Registered on the executor
+sub-app from here so the executor CLI module stays its owner's; importing this module adds the command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from prewarm.cli._common import settings_of
+from prewarm.cli._executor import app
+
+__all__ = ["run"]
+
+
+@app.command("run")
+def run(
+    ctx: typer.Context,
+    node: str | None = typer.Option(None, "--node", help="Node name (default: PREWARM_NODE_NAME)."),
+    catalog: Path | None = typer.Option(None, "--catalog", help="Catalog YAML (default: PREWARM_CATALOG)."),
+    cache_dir: Path | None = typer.Option(
+        None, "--cache-dir", help="L2 directory (default: PREWARM_CACHE_DIR)."
+    ),
+    device: str | None = typer.Option(
+        None, "--device", help="cpu, cuda or cuda:N (default: PREWARM_DEVICE)."
+    ),
+    state_interval: float = typer.Option(
+        5.0, "--state-interval", min=0.1, help="Seconds between state reports."
+    ),
+) -> None:
+    """Apply this node's orders, publish its state and serve POST /v1/load until interrupted."""
+    from executor import Executor
+    from executor.daemon import ExecutorDaemon, run_forever
+    from models import Catalog
+    from prewarm import ConfigError
+
+    settings = settings_of(ctx)
+    path = catalog or settings.core.catalog
+    if path is None:
+        raise ConfigError("no catalog: pass --catalog or set PREWARM_CATALOG", setting="PREWARM_CATALOG")
+    ex = settings.executor if node is None else settings.executor.model_copy(update={"node_name": node})
+    with Executor(Catalog.load(path), settings, executor=ex, cache_dir=cache_dir, device=device) as executor:
+        daemon = ExecutorDaemon(executor, settings.kafka, state_interval_s=state_interval, catalog_path=path)
+        typer.echo(
+            f"executor {ex.node_name}: load API on http://{ex.executor_api_host}:{ex.executor_api_port}",
+            err=True,
+        )
+        run_forever(daemon, ex.executor_api_host, ex.executor_api_port)

@@ -1,0 +1,175 @@
+"""The live loop on the local stack: scheduler runtime → Kafka → executor daemon → state → scheduler.
+
+Real safetensors files (about 2 MB) on a file:// L3, the CPU standing in for L0, time compressed: a
+planning round every second and a two-second misprediction window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from scheduler_builders import settings_for_stack
+
+from executor import Executor
+from executor.daemon import ExecutorDaemon
+from models import Catalog, ModelSpec, TransformerShape, write_safetensors
+from prewarm import ExecutorSettings, Hint, OrderReason, OrderStatus, S3Settings, Settings, Tier
+from prewarm._metrics import REGISTRY
+from scheduler import DEMAND_SOURCE, Cluster, PlannerConfig
+from scheduler._runtime import Runtime
+from scheduler._serve import BackgroundServer
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+SHAPE = TransformerShape(hidden=128, layers=4, vocab=1000, intermediate=344)
+MB = 2**20
+
+
+def models(directory: Path, count: int) -> Catalog:
+    specs = []
+    for i in range(count):
+        path = directory / f"m{i}.safetensors"
+        sha = write_safetensors(path, SHAPE, seed=i)
+        specs.append(
+            ModelSpec(id=f"m{i}", version="1", uri=path.as_uri(), size_bytes=path.stat().st_size, sha256=sha)
+        )
+    return Catalog(specs)
+
+
+def executor_for(node: str, cat: Catalog, cache: Path, *, l0: int, l1: int) -> Executor:
+    settings = ExecutorSettings.model_construct(
+        node_name=node,
+        chunk_bytes=256 * 1024,
+        l2_budget_bytes=64 * MB,
+        l1_budget_bytes=l1,
+        l0_budget=float(l0),
+        l0_reserve_bytes=0,
+        read_threads=2,
+        device="cpu",
+    )
+    return Executor(cat, executor=settings, s3=S3Settings.model_construct(), cache_dir=cache)
+
+
+def wait_until(what: Callable[[], bool], timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if what():
+            return True
+        time.sleep(0.1)
+    return what()
+
+
+def tier_of(executor: Executor, model: str) -> Tier:
+    state = executor.state()
+    for tier in (Tier.L0, Tier.L1, Tier.L2):
+        ts = state.tier(tier)
+        if ts and any(r.model == model for r in ts.resident):
+            return tier
+    return Tier.L3
+
+
+class Loop:
+    def __init__(self, settings: Settings, cat: Catalog, executor: Executor) -> None:
+        self.settings, self.catalog, self.executor = settings, cat, executor
+        node = executor.settings.node_name
+        # The cluster file says nothing of capacity: the executor's first report does.
+        cluster = Cluster.from_data({"nodes": [{"name": node}]})
+        config = PlannerConfig.from_settings(settings.scheduler, min_residence_s=0.5)
+        self.daemon = ExecutorDaemon(executor, settings.kafka, state_interval_s=0.5)
+        self.runtime = Runtime(settings, cat, cluster, config=config)
+
+
+@pytest.fixture
+def loop(kafka_bootstrap: str, unique: str, tmp_path: Path) -> Iterator[Callable[..., Loop]]:
+    made: list[Loop] = []
+
+    def make(count: int = 2, *, l0: int = 32 * MB, l1: int = 32 * MB, window_s: float = 600.0) -> Loop:
+        settings = settings_for_stack(kafka_bootstrap, unique, tmp_path, misprediction_window_s=str(window_s))
+        cat = models(tmp_path / "weights", count)
+        executor = executor_for(f"node-{unique}", cat, tmp_path / "cache", l0=l0, l1=l1)
+        built = Loop(settings, cat, executor)
+        built.daemon.start()
+        # Wait for the first report, so the planner knows the node's real capacity.
+        built.runtime.start()
+        assert wait_until(lambda: executor.settings.node_name in built.runtime.core.reports())
+        made.append(built)
+        return built
+
+    yield make
+    for built in made:
+        built.runtime.stop()
+        built.daemon.stop()
+        built.executor.close()
+
+
+def test_hint_brings_its_model_to_l1_within_its_lead_time(loop: Callable[..., Loop]) -> None:
+    live = loop()
+    started = time.time()
+    _, orders = live.runtime.core.add_hint(Hint(model="m0", source="web"))
+    [order] = orders
+    assert order.tier in (Tier.L0, Tier.L1)
+    # A 2 MB model: the planner's own lead time is ~1.5 s of hop overheads plus margins.
+    assert wait_until(lambda: tier_of(live.executor, "m0").level <= Tier.L1.level, timeout=15)
+    assert time.time() - started < 15
+    assert all(o.status is OrderStatus.DONE for o in live.daemon.outcomes)
+    # And the scheduler learns it from the node's report, so it does not order it again.
+    assert wait_until(lambda: "m0" in live.runtime.core.plan_view()["tiers"])
+
+
+def _mispredictions() -> float:
+    return REGISTRY.get_sample_value("prewarm_scheduler_mispredictions_total") or 0.0
+
+
+def test_unused_prefetch_is_evicted_after_the_window_and_counted(loop: Callable[..., Loop]) -> None:
+    live = loop(window_s=2.0)
+    before = _mispredictions()
+    live.runtime.core.add_hint(Hint(model="m1", source="web", ttl_s=1.0))
+    assert wait_until(lambda: tier_of(live.executor, "m1").level <= Tier.L1.level, timeout=15)
+    # Nobody asks for m1: after the window the planner evicts it from L1/L0, keeping the L2 copy.
+    assert wait_until(lambda: tier_of(live.executor, "m1") is Tier.L2, timeout=20)
+    assert _mispredictions() >= before + 1
+    reasons = [o["reason"] for o in live.runtime.core.model_view("m1")["recent_orders"]]
+    assert OrderReason.MISPREDICTION.value in reasons
+
+
+def test_three_cold_models_for_room_of_one_are_placed_or_queued_without_a_failed_load(
+    loop: Callable[..., Loop],
+) -> None:
+    live = loop(3, l0=3 * MB, l1=3 * MB)
+    size = live.catalog["m0"].size_bytes
+    assert 1.5 * MB < size < 3 * MB  # room for one in L0 and in L1, never two
+    core = live.runtime.core
+    core.set_signals(
+        demand=[Hint(model=m, source=DEMAND_SOURCE, received_at=time.time()) for m in ("m0", "m1", "m2")]
+    )
+    core.replan()
+    assert wait_until(
+        lambda: any(tier_of(live.executor, m) is Tier.L0 for m in ("m0", "m1", "m2")), timeout=20
+    )
+    time.sleep(2)  # a few more planning rounds and reports
+    assert live.daemon.outcomes
+    assert [o for o in live.daemon.outcomes if o.status is OrderStatus.FAILED] == []
+    state = live.executor.state()
+    for tier in (Tier.L0, Tier.L1, Tier.L2):
+        ts = state.tier(tier)
+        assert ts is not None
+        assert ts.used_bytes <= ts.capacity_bytes
+
+
+def test_load_api_returns_once_the_model_is_in_l0(loop: Callable[..., Loop]) -> None:
+    live = loop()
+    with BackgroundServer(live.daemon.app()) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        first = http.post("/v1/load", json={"model": "m1"})
+        assert first.status_code == 200, first.text
+        assert first.json()["served_from"] == "L3"
+        assert tier_of(live.executor, "m1") is Tier.L0
+        again = http.post("/v1/load", json={"model": "m1"}).json()
+        assert again["served_from"] == "L0"
+        assert again["wait_s"] < first.json()["wait_s"]
+        assert http.post("/v1/load", json={"model": "ghost"}).status_code == 404
+        assert http.post("/v1/load", json={"model": "../x"}).status_code == 422
+        assert b"prewarm_executor_load_wait_seconds" in http.get("/metrics").content
