@@ -97,12 +97,18 @@ launch() {
   shift 2
   mkdir -p "$LOG_DIR" "$PID_DIR"
   rm -f "$PID_DIR/$svc.ready"
-  printf '===== %s: starting %s =====\n' "$(date -u +%FT%TZ)" "$svc" >>"$LOG_DIR/$svc.log"
+  # Logs are appended across restarts; past 20 MB (the S3 server logs every request) keep one old
+  # generation instead.
+  local logfile="$LOG_DIR/$svc.log"
+  if [[ -f $logfile ]] && (($(stat -c %s "$logfile") > 20 * 1024 * 1024)); then
+    mv -f "$logfile" "$logfile.1"
+  fi
+  printf '===== %s: starting %s =====\n' "$(date -u +%FT%TZ)" "$svc" >>"$logfile"
   # setsid: its own session and process group, so `down` can stop worker children with it and a Ctrl-C
   # in the caller's terminal does not reach it. 9>&-: the stack lock must not outlive this script.
   # (A background job of a non-interactive shell is no group leader, so setsid execs without forking
   # and $! is the service's own pid.)
-  setsid "$@" </dev/null >>"$LOG_DIR/$svc.log" 2>&1 9>&- &
+  setsid "$@" </dev/null >>"$logfile" 2>&1 9>&- &
   local pid=$!
   local start
   start=$(proc_starttime "$pid") || fail_service "$svc" "exited immediately"
