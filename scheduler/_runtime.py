@@ -14,6 +14,7 @@ refreshed by the interval job only.
 from __future__ import annotations
 
 import importlib
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +52,7 @@ _JOBSTORE_TABLE = "prewarm_scheduler_jobs"
 _PLAN_JOB = "prewarm-plan"
 _RETRAIN_JOB = "prewarm-retrain"
 _RETRY_S = 2.0
+_CHAMPION_RETRY_S = 600.0
 
 _CURRENT: Runtime | None = None
 
@@ -99,7 +101,7 @@ class Runtime:
         *,
         config: PlannerConfig | None = None,
         forecasts: ForecastProvider | None = None,
-        retrain: Callable[[Settings], Any] | None = None,
+        retrain: Callable[[Settings, Any, float], Any] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -117,6 +119,8 @@ class Runtime:
         self._follower: StateFollower | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._store: Any = None
+        self._bundle: Any = None  # a forecaster.ForecasterBundle once trained or loaded
+        self._bundle_tried_at = -math.inf
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -261,22 +265,54 @@ class Runtime:
         last = {m: t for m, t in store.last_requests().items() if m in self.core.catalog}
         frame = store.bulk(models, now - 3600, now, 60)
         counts = {m: frame[m].to_numpy() for m in models}
-        forecasts = rate_forecasts(counts, now, horizon_s=self.settings.forecast.horizon_s)
+        horizon = self.settings.forecast.horizon_s
+        # Recent demand first, then the trained forecaster on top for every model it knows.
+        forecasts = rate_forecasts(counts, now, horizon_s=horizon)
         if self._forecasts is not None:
-            forecasts.update(self._forecasts(now, models))
+            trained = self._forecasts(now, models)
+        else:
+            bundle = self._champion(now)
+            trained = bundle.predict(now, horizon) if bundle is not None else {}
+        forecasts.update({m: f for m, f in trained.items() if m in self.core.catalog})
         return forecasts, demand_hints(last, now, window)
 
+    def _champion(self, now: float) -> Any:
+        """The registry's champion forecaster, loaded on first use and retried every few minutes.
+
+        Until one exists (a fresh install, MLflow down) the planner runs on hints and recent demand.
+        """
+        if self._bundle is not None or now - self._bundle_tried_at < _CHAMPION_RETRY_S:
+            return self._bundle
+        self._bundle_tried_at = now
+        try:
+            forecaster = importlib.import_module("forecaster")
+            load = forecaster.load_forecaster
+            alias = getattr(forecaster, "CHAMPION", "champion")
+            uri = f"models:/{self.settings.forecast.registered_model}@{alias}"
+            self._bundle = load(uri, tracking_uri=forecaster.tracking_uri_of(self.settings))
+            log.info("forecaster loaded", extra={"uri": uri})
+        except (PrewarmError, AttributeError, ImportError, OSError) as exc:
+            log.info(
+                "no trained forecaster yet; planning from hints and recent demand",
+                extra={"why": str(exc)[:200]},
+            )
+        return self._bundle
+
     def retrain(self) -> None:
+        """The daily retrain; its bundle is used at once, without waiting for the registry."""
         fn = self._retrain or getattr(importlib.import_module("forecaster"), "retrain", None)
         if fn is None:
             log.info("the forecaster offers no retrain yet; skipping the daily retrain")
             return
         started = time.perf_counter()
         try:
-            fn(self.settings)
+            result = fn(self.settings, self._demand_store(), self._clock())
         except PrewarmError as exc:
             log.error("daily retrain failed", extra={"error": str(exc)})
             return
+        bundle = getattr(result, "bundle", None)
+        if bundle is not None and hasattr(bundle, "predict"):
+            self._bundle = bundle
         log.info("daily retrain done", extra={"seconds": round(time.perf_counter() - started, 1)})
 
     def scheduled_orders(self) -> list[tuple[str, datetime | None]]:

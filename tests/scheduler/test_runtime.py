@@ -28,6 +28,7 @@ def settings_for(kafka_bootstrap: str, unique: str, tmp_path: Path) -> Settings:
             "topic_orders": f"orders-{unique}",
             "topic_executor_state": f"state-{unique}",
             "database_url": f"sqlite:///{tmp_path / 'scheduler.db'}",
+            "data_dir": str(tmp_path),
             "plan_interval_s": "1",
         }
     )
