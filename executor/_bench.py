@@ -7,7 +7,8 @@ every cold measurement where the kernel allows it (``/proc/sys/vm/drop_caches`` 
 - ``raw_read``: one thread, O_DIRECT, 64 MiB sequential reads: what the disk gives.
 - ``baseline_safetensors``: ``safetensors.torch.load_file(path, device=...)``, every tensor materialised.
 - ``l2_to_l1``, ``l1_to_l0``, ``l2_to_l0`` (cold, overlapped): ``Executor.ensure`` as the node runs it.
-- ``s3_baseline``: boto3 ``download_file`` to disk with the same part size and concurrency;
+- ``s3_baseline``: boto3 ``download_file`` to disk with the same part size and concurrency (and
+  ``s3_baseline_fsync``: the same followed by ``fsync``, durable like every L2 write);
   ``l3_to_l1``: ``Executor.ensure(L1)`` from S3 (sha256 verified, L2 written in the same pass). Both
   ``null`` without an S3 endpoint and ``--bucket``.
 - on CUDA, ``pinned_copy``: one plain ``copy_`` of a pinned buffer of the same size, the H2D limit.
@@ -20,6 +21,7 @@ import mmap
 import os
 import shutil
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,38 +107,24 @@ def run_load_benchmark(
     device: str,
     work_dir: Path,
     bucket: str | None,
+    repeat: int = 1,
     keep: bool = False,
     progress: Callable[[str], None] = lambda _line: None,
 ) -> dict[str, Any]:
+    """Every figure ``repeat`` times, the measurements interleaved so that a noisy neighbour hurts all
+    of them alike; each key reports the best rate, ``samples`` all of them."""
     work_dir = Path(work_dir).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     path = work_dir / "bench.safetensors"
     sha = _synthesize(path, nbytes, progress)
     size = path.stat().st_size
     spec = ModelSpec(id="bench", version="1", uri=path.as_uri(), size_bytes=size, sha256=sha)
-    report: dict[str, Any] = {"file_bytes": size, "device": device}
-
+    report: dict[str, Any] = {"file_bytes": size, "device": device, "repeat": repeat}
     method = drop_page_cache(path)
     report["page_cache_dropped"] = method is not None
     report["page_cache_method"] = method
     progress(f"page cache dropped: {method or 'no'}")
-    raw, direct = raw_read_bytes_per_s(path)
-    report["raw_read_bytes_per_s"] = raw
-    report["raw_read_o_direct"] = direct
-    progress(f"raw read {raw / 1e9:.2f} GB/s (O_DIRECT: {direct})")
 
-    from safetensors.torch import load_file
-
-    drop_page_cache(path)
-    start = time.perf_counter()
-    tensors = load_file(str(path), device=device)
-    _sync(device)
-    report["baseline_safetensors_bytes_per_s"] = size / (time.perf_counter() - start)
-    del tensors
-    progress(f"safetensors load_file {report['baseline_safetensors_bytes_per_s'] / 1e9:.2f} GB/s")
-
-    cache = work_dir / "cache"
-    shutil.rmtree(cache, ignore_errors=True)
     room = round_up(size) + 2**20
     exec_settings = settings.executor.model_copy(
         update={
@@ -146,6 +134,10 @@ def run_load_benchmark(
             "l0_reserve_bytes": 0,
         }
     )
+    cache = work_dir / "cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    s3 = _S3Bench.create(settings, spec, path, work_dir, exec_settings, device, bucket, progress)
+    samples: dict[str, list[float]] = defaultdict(list)
     executor = Executor(
         Catalog([spec]), executor=exec_settings, s3=settings.s3, cache_dir=cache, device=device
     )
@@ -155,33 +147,64 @@ def run_load_benchmark(
         # allocation are not counted as load time (a pinned pool on CUDA is touched by pinning).
         executor.l1.pool.prefault()
         obj_path = executor.l2.object_path(sha)
+        for rep in range(repeat):
+            drop_page_cache(path)
+            raw, report["raw_read_o_direct"] = raw_read_bytes_per_s(path)
+            samples["raw_read_bytes_per_s"].append(raw)
+            samples["baseline_safetensors_bytes_per_s"].append(_safetensors_rate(path, size, device))
 
-        drop_page_cache(obj_path)
-        r = executor.ensure("bench", Tier.L1, demand=True)
-        report["l2_to_l1_bytes_per_s"] = size / r.seconds_per_hop["L2->L1"]
-        report["l2_read_o_direct"] = exec_settings.l2_direct_io
-        r = executor.ensure("bench", Tier.L0, demand=True)
-        report["l1_to_l0_bytes_per_s"] = size / r.seconds_per_hop["L1->L0"]
-        executor.evict("bench", Tier.L1)
-        drop_page_cache(obj_path)
-        r = executor.ensure("bench", Tier.L0, demand=True)
-        report["l2_to_l0_bytes_per_s"] = size / r.seconds_per_hop["L2->L0"]
-        progress(
-            "prewarm L2->L1 {:.2f}, L1->L0 {:.2f}, L2->L0 {:.2f} GB/s".format(
-                report["l2_to_l1_bytes_per_s"] / 1e9,
-                report["l1_to_l0_bytes_per_s"] / 1e9,
-                report["l2_to_l0_bytes_per_s"] / 1e9,
+            executor.evict("bench", Tier.L1)
+            drop_page_cache(obj_path)
+            r = executor.ensure("bench", Tier.L1, demand=True)
+            samples["l2_to_l1_bytes_per_s"].append(size / r.seconds_per_hop["L2->L1"])
+            r = executor.ensure("bench", Tier.L0, demand=True)
+            samples["l1_to_l0_bytes_per_s"].append(size / r.seconds_per_hop["L1->L0"])
+            executor.evict("bench", Tier.L1)
+            drop_page_cache(obj_path)
+            r = executor.ensure("bench", Tier.L0, demand=True)
+            samples["l2_to_l0_bytes_per_s"].append(size / r.seconds_per_hop["L2->L0"])
+            if device.startswith("cuda"):
+                samples["pinned_copy_bytes_per_s"].append(_pinned_copy(size))
+            if s3 is not None:
+                for key, value in s3.measure().items():
+                    samples[key].append(value)
+            progress(
+                f"run {rep + 1}/{repeat}: "
+                + ", ".join(f"{k.removesuffix('_bytes_per_s')} {v[-1] / 1e9:.2f}" for k, v in samples.items())
+                + " GB/s"
             )
-        )
     finally:
         executor.close()
-
-    report["pinned_copy_bytes_per_s"] = _pinned_copy(size) if device.startswith("cuda") else None
-    report.update(_s3_figures(settings, spec, path, work_dir, exec_settings, device, bucket, progress))
+        if not keep:
+            shutil.rmtree(cache, ignore_errors=True)
+    report["l2_read_o_direct"] = exec_settings.l2_direct_io
+    for key in (
+        "raw_read_bytes_per_s",
+        "baseline_safetensors_bytes_per_s",
+        "l2_to_l1_bytes_per_s",
+        "l1_to_l0_bytes_per_s",
+        "l2_to_l0_bytes_per_s",
+        "pinned_copy_bytes_per_s",
+        "s3_baseline_bytes_per_s",
+        "s3_baseline_fsync_bytes_per_s",
+        "l3_to_l1_bytes_per_s",
+    ):
+        report[key] = max(samples[key]) if samples.get(key) else None
+    report["samples"] = {k: [round(v) for v in vs] for k, vs in samples.items()}
     report.update(_ratios(report))
-    if not keep:
-        shutil.rmtree(cache, ignore_errors=True)
     return report
+
+
+def _safetensors_rate(path: Path, size: int, device: str) -> float:
+    from safetensors.torch import load_file
+
+    drop_page_cache(path)
+    start = time.perf_counter()
+    tensors = load_file(str(path), device=device)  # closes its mmap: every tensor owns its bytes
+    _sync(device)
+    elapsed = time.perf_counter() - start
+    del tensors
+    return size / elapsed
 
 
 def _pinned_copy(size: int) -> float:
@@ -196,47 +219,82 @@ def _pinned_copy(size: int) -> float:
     return size / (time.perf_counter() - start)
 
 
-def _s3_figures(
-    settings: Settings,
-    spec: ModelSpec,
-    path: Path,
-    work_dir: Path,
-    exec_settings: Any,
-    device: str,
-    bucket: str | None,
-    progress: Callable[[str], None],
-) -> dict[str, Any]:
-    empty: dict[str, Any] = {"s3_baseline_bytes_per_s": None, "l3_to_l1_bytes_per_s": None}
-    if settings.s3.s3_endpoint is None or not bucket:
-        progress("S3 figures skipped: no PREWARM_S3_ENDPOINT or no --bucket")
-        return empty
-    from executor._l3 import S3Store
+class _S3Bench:
+    """The L3 figures: boto3's download_file (alone and made durable) against Executor.ensure(L1)."""
 
-    store = S3Store(settings.s3)
-    uri = f"s3://{bucket}/bench/{spec.sha256}.safetensors"
-    store.ensure_bucket(bucket)
-    progress(f"uploading to {uri}")
-    store.put_file(path, uri)
-    target = work_dir / "download.bin"
-    drop_page_cache(path)
-    start = time.perf_counter()
-    store.download_file(
-        uri, target, part_bytes=settings.s3.s3_part_bytes, concurrency=settings.s3.s3_concurrency
-    )
-    baseline = spec.size_bytes / (time.perf_counter() - start)
-    target.unlink(missing_ok=True)
-    cache = work_dir / "cache-s3"
-    shutil.rmtree(cache, ignore_errors=True)
-    s3_spec = spec.model_copy(update={"uri": uri})
-    with Executor(
-        Catalog([s3_spec]), executor=exec_settings, s3=settings.s3, cache_dir=cache, device=device
-    ) as executor:
-        executor.l1.pool.prefault()
-        result = executor.ensure("bench", Tier.L1, demand=True)
-    shutil.rmtree(cache, ignore_errors=True)
-    rate = spec.size_bytes / result.seconds_per_hop["L3->L1"]
-    progress(f"S3 download_file {baseline / 1e9:.2f} GB/s, prewarm L3->L1 {rate / 1e9:.2f} GB/s")
-    return {"s3_baseline_bytes_per_s": baseline, "l3_to_l1_bytes_per_s": rate}
+    def __init__(
+        self, settings: Settings, spec: ModelSpec, path: Path, work_dir: Path, exec_settings: Any, device: str
+    ) -> None:
+        from executor._l3 import S3Store
+
+        self.settings, self.path, self.work_dir = settings, path, work_dir
+        self.exec_settings, self.device = exec_settings, device
+        self.store = S3Store(settings.s3)
+        self.spec = spec
+
+    @classmethod
+    def create(
+        cls,
+        settings: Settings,
+        spec: ModelSpec,
+        path: Path,
+        work_dir: Path,
+        exec_settings: Any,
+        device: str,
+        bucket: str | None,
+        progress: Callable[[str], None],
+    ) -> _S3Bench | None:
+        if settings.s3.s3_endpoint is None or not bucket:
+            progress("S3 figures skipped: no PREWARM_S3_ENDPOINT or no --bucket")
+            return None
+        bench = cls(settings, spec, path, work_dir, exec_settings, device)
+        uri = f"s3://{bucket}/bench/{spec.sha256}.safetensors"
+        bench.store.ensure_bucket(bucket)
+        progress(f"uploading to {uri}")
+        bench.store.put_file(path, uri)
+        bench.spec = spec.model_copy(update={"uri": uri})
+        return bench
+
+    def _download(self, *, durable: bool) -> float:
+        target = self.work_dir / "download.bin"
+        s3 = self.settings.s3
+        drop_page_cache(self.path)
+        start = time.perf_counter()
+        self.store.download_file(
+            self.spec.uri, target, part_bytes=s3.s3_part_bytes, concurrency=s3.s3_concurrency
+        )
+        if durable:
+            # Durable like every L2 write: download_file alone may return with gigabytes still dirty in
+            # the page cache, which flatters it on a slow disk.
+            fd = os.open(target, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        elapsed = time.perf_counter() - start
+        target.unlink(missing_ok=True)
+        return self.spec.size_bytes / elapsed
+
+    def measure(self) -> dict[str, float]:
+        baseline = self._download(durable=False)
+        durable = self._download(durable=True)
+        cache = self.work_dir / "cache-s3"
+        shutil.rmtree(cache, ignore_errors=True)
+        with Executor(
+            Catalog([self.spec]),
+            executor=self.exec_settings,
+            s3=self.settings.s3,
+            cache_dir=cache,
+            device=self.device,
+        ) as executor:
+            executor.l1.pool.prefault()
+            result = executor.ensure("bench", Tier.L1, demand=True)
+        shutil.rmtree(cache, ignore_errors=True)
+        return {
+            "s3_baseline_bytes_per_s": baseline,
+            "s3_baseline_fsync_bytes_per_s": durable,
+            "l3_to_l1_bytes_per_s": self.spec.size_bytes / result.seconds_per_hop["L3->L1"],
+        }
 
 
 def _ratios(report: dict[str, Any]) -> dict[str, Any]:
@@ -249,6 +307,7 @@ def _ratios(report: dict[str, Any]) -> dict[str, Any]:
             "l2_to_l1_vs_raw_read": ratio("l2_to_l1_bytes_per_s", "raw_read_bytes_per_s"),
             "l2_to_l0_vs_safetensors": ratio("l2_to_l0_bytes_per_s", "baseline_safetensors_bytes_per_s"),
             "l3_to_l1_vs_download_file": ratio("l3_to_l1_bytes_per_s", "s3_baseline_bytes_per_s"),
+            "l3_to_l1_vs_download_file_fsync": ratio("l3_to_l1_bytes_per_s", "s3_baseline_fsync_bytes_per_s"),
             "l1_to_l0_vs_pinned_copy": ratio("l1_to_l0_bytes_per_s", "pinned_copy_bytes_per_s"),
         },
         "targets": {

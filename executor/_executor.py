@@ -540,6 +540,10 @@ class Executor:
             status, detail, served_from = self._apply(order, now)
         except PrewarmError as exc:
             status, detail = OrderStatus.FAILED, str(exc)
+        except Exception as exc:
+            # The consumer loop must keep going whatever one order does; the trace goes to the log.
+            log.exception("order failed unexpectedly", extra={"order": order.id})
+            status, detail = OrderStatus.FAILED, f"{type(exc).__name__}: {exc}"
         outcome = OrderOutcome(
             order_id=order.id,
             node=order.node,
@@ -655,6 +659,8 @@ class Executor:
         self._disk_pool.shutdown(wait=True)
         self._net_pool.shutdown(wait=True)
         self.l2.flush()
+        if not any(e.pins for e in self.l1.cache.snapshot() + self.l0.cache.snapshot()):
+            self.l1.pool.close()
 
     def __enter__(self) -> Executor:
         return self

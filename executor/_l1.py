@@ -82,15 +82,35 @@ class HostPool:
         self.pinned = pinned
         self._allocator = RangeAllocator(capacity)
         self._base: torch.Tensor | None = None
+        self._registered: torch.Tensor | None = None
         self._lock = threading.Lock()
 
     def _ensure_base(self) -> torch.Tensor:
         if self._base is None:
             # Over-allocate one page so the usable base is page-aligned whatever the allocator returns.
-            raw = torch.empty(self.capacity + ALIGN, dtype=torch.uint8, pin_memory=self.pinned)
+            raw = torch.empty(self.capacity + ALIGN, dtype=torch.uint8)
             skip = (-raw.data_ptr()) % ALIGN
-            self._base = raw[skip : skip + self._allocator.capacity]
+            base = raw[skip : skip + self._allocator.capacity]
+            if self.pinned and base.numel():
+                # cudaHostRegister pins exactly these pages; torch's pinned allocator would round the
+                # request up to a power of two (an 80 GB budget would pin 128 GB).
+                cudart = torch.cuda.cudart()  # type: ignore[no-untyped-call]
+                status = int(cudart.cudaHostRegister(base.data_ptr(), base.numel(), 0))
+                if status != 0:
+                    base = torch.empty(self._allocator.capacity, dtype=torch.uint8, pin_memory=True)
+                else:
+                    self._registered = base
+            self._base = base
         return self._base
+
+    def close(self) -> None:
+        """Unpin (the memory itself goes with the last reference)."""
+        with self._lock:
+            if self._registered is not None:
+                cudart = torch.cuda.cudart()  # type: ignore[no-untyped-call]
+                cudart.cudaHostUnregister(self._registered.data_ptr())
+                self._registered = None
+            self._base = None
 
     def prefault(self) -> None:
         """Touch every page now (plain memory faults pages in lazily; a pinned pool is already touched)."""

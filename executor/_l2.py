@@ -284,8 +284,8 @@ class L2Cache:
             self._adopt(self._object(sha, raw))
 
     def _adopt(self, obj: L2Object) -> None:
-        if self.cache.contains(obj.sha256):
-            return
+        if obj.sha256 in self.cache:
+            return  # ours already (ready, loading, or on its way out)
         self.cache.reserve(obj.sha256, obj.size)
         self.cache.commit(obj.sha256, obj)
 

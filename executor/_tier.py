@@ -113,6 +113,11 @@ class TierCache(Generic[K, V]):
         with self._lock:
             return [Entry(**vars(e)) for e in self._entries.values()]
 
+    def __contains__(self, key: object) -> bool:
+        """Any entry for ``key``: ready, loading, or pinned and on its way out."""
+        with self._lock:
+            return key in self._entries
+
     def keys(self) -> list[K]:
         with self._lock:
             return list(self._entries)

@@ -119,6 +119,7 @@ def bench_load(
     bucket: str | None = typer.Option(
         None, "--bucket", help="S3 bucket for the L3 figures (needs PREWARM_S3_ENDPOINT); unset = null."
     ),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="Runs, interleaved; each figure is the best."),
     keep: bool = typer.Option(False, "--keep", help="Keep the scratch files."),
     json_out: Path | None = _JSON,
 ) -> None:
@@ -136,6 +137,7 @@ def bench_load(
         device=device,
         work_dir=work_dir,
         bucket=bucket,
+        repeat=repeat,
         keep=keep,
         progress=lambda line: typer.echo(line, err=True),
     )
