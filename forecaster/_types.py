@@ -30,21 +30,28 @@ class ModelForecast:
     def __post_init__(self) -> None:
         if self.expected.shape != self.p_any.shape or self.expected.ndim != 1:
             raise ValueError("expected and p_any must be 1-d arrays of the same length")
+        # Prefix sums make every window query O(1): the planner asks thousands per round.
+        miss = np.log1p(-np.clip(self.p_any, 0.0, 1.0 - 1e-12))
+        object.__setattr__(self, "_log_miss", np.concatenate(([0.0], np.cumsum(miss))))
+        object.__setattr__(self, "_cum_expected", np.concatenate(([0.0], np.cumsum(self.expected))))
 
     @property
     def end(self) -> float:
         return self.start + self.bucket_s * len(self.expected)
 
     def _slice(self, t0: float, t1: float) -> slice:
-        i0 = max(0, math.floor((t0 - self.start) / self.bucket_s))
+        i0 = min(max(0, math.floor((t0 - self.start) / self.bucket_s)), len(self.expected))
         i1 = min(len(self.expected), math.ceil((t1 - self.start) / self.bucket_s))
         return slice(i0, max(i0, i1))
 
     def p_window(self, t0: float, t1: float) -> float:
         """P(at least one request in [t0, t1)), treating buckets as independent."""
-        p = self.p_any[self._slice(t0, t1)]
-        return float(1.0 - np.prod(1.0 - np.clip(p, 0.0, 1.0))) if p.size else 0.0
+        window = self._slice(t0, t1)
+        log_miss: npt.NDArray[np.float64] = self.__dict__["_log_miss"]
+        return float(-np.expm1(log_miss[window.stop] - log_miss[window.start]))
 
     def expected_in(self, t0: float, t1: float) -> float:
         """Expected requests in [t0, t1)."""
-        return float(self.expected[self._slice(t0, t1)].sum())
+        window = self._slice(t0, t1)
+        cum: npt.NDArray[np.float64] = self.__dict__["_cum_expected"]
+        return float(cum[window.stop] - cum[window.start])

@@ -46,7 +46,7 @@ class Tier(enum.StrEnum):
 
     @property
     def level(self) -> int:
-        return int(self.value[1])
+        return _TIER_LEVEL[self._value_]  # the planner asks this in its inner loops: a dict, not parsing
 
     def closer(self) -> Tier:
         """One tier towards the GPU (L0 stays L0)."""
@@ -55,6 +55,9 @@ class Tier(enum.StrEnum):
     def farther(self) -> Tier:
         """One tier away from the GPU, the target of a demotion (L3 stays L3)."""
         return Tier(f"L{min(self.level + 1, 3)}")
+
+
+_TIER_LEVEL = {"L0": 0, "L1": 1, "L2": 2, "L3": 3}
 
 
 class _Wire(BaseModel):

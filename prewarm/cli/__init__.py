@@ -9,7 +9,7 @@ import typer
 
 from prewarm._logging import configure_logging
 from prewarm._settings import load_settings, parse_overrides
-from prewarm.cli import _demo, _executor, _forecast, _ingest, _models, _produce, _scheduler
+from prewarm.cli import _demo, _executor, _forecast, _ingest, _models, _produce, _scheduler, _sim
 from prewarm.cli._common import app_group, bench_app
 
 __all__ = ["app", "main"]
@@ -59,6 +59,7 @@ app.add_typer(_ingest.app, name="ingest")
 app.add_typer(_produce.app, name="produce")
 app.add_typer(_forecast.app, name="forecast")
 app.add_typer(_scheduler.app, name="scheduler")
+app.add_typer(_sim.app, name="sim")
 app.add_typer(bench_app, name="bench")
 app.command("demo")(_demo.demo)
 

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import numpy as np
+
+from forecaster import ModelForecast
+from models import Catalog, ModelSpec
+from scheduler import Cluster, PlannerConfig
+from sim import PrewarmPolicy, ReactivePolicy, SimReport, simulate
+
+GB = 10**9
+DAY0 = 1_704_067_200.0  # Monday 00:00 UTC
+SURGE = DAY0 + 9 * 3600  # 09:00
+
+
+def _catalog(sizes: dict[str, int]) -> Catalog:
+    return Catalog(
+        ModelSpec(id=m, version="1", uri=f"s3://b/{m}.safetensors", size_bytes=s) for m, s in sizes.items()
+    )
+
+
+def _cluster(l0: str, l1: str = "400GB") -> Cluster:
+    return Cluster.from_data(
+        {
+            "nodes": [
+                {
+                    "name": "n1",
+                    "gpus": [{"memory_bytes": l0}],
+                    "host_cache_bytes": l1,
+                    "disk_cache_bytes": "2TB",
+                }
+            ],
+            "bandwidth": {"l3_bytes_per_s": "1GB/s", "l2_bytes_per_s": "7GB/s", "l1_bytes_per_s": "50GB/s"},
+        }
+    )
+
+
+def _surge_forecast(model: str, at: float, p: float = 0.95):  # type: ignore[no-untyped-def]
+    def source(now: float) -> dict[str, ModelForecast]:
+        start = now // 60 * 60
+        minutes = start + 60 * np.arange(120)
+        hot = (minutes >= at) & (minutes < at + 600)
+        p_any = np.where(hot, p, 0.001)
+        return {model: ModelForecast(model, start, 60, -np.log1p(-p_any), p_any, "test")}
+
+    return source
+
+
+def _run(
+    policy_name: str,
+    requests: list[tuple[float, str]],
+    catalog: Catalog,
+    cluster: Cluster,
+    forecasts=None,
+    start: float = SURGE - 3600,
+    end: float = SURGE + 1800,
+) -> SimReport:  # type: ignore[no-untyped-def]
+    policy = (
+        ReactivePolicy()
+        if policy_name == "reactive"
+        else PrewarmPolicy(catalog, cluster, PlannerConfig(), forecasts, forecast_every_s=60)
+    )
+    ts = [t for t, _ in requests]
+    models = [m for _, m in requests]
+    return simulate(policy, cluster, catalog, ts, models, start=start, end=end)
+
+
+def test_reactive_baseline_pays_the_full_cold_start() -> None:
+    catalog, cluster = _catalog({"big": 140 * GB}), _cluster("160GB")
+    report = _run("reactive", [(SURGE, "big")], catalog, cluster)
+    assert report.cold_starts == 1
+    assert report.served_from["L3"] == 1
+    # 140 GB at 1 GB/s, then 7 GB/s, then 50 GB/s, plus per-hop overhead.
+    assert report.wait_total_s > 140
+
+
+def test_forecast_surge_model_is_close_to_the_gpu_before_the_surge() -> None:
+    catalog, cluster = _catalog({"big": 140 * GB}), _cluster("160GB")
+    requests = [(SURGE + 30 * k, "big") for k in range(10)]
+    reactive = _run("reactive", requests, catalog, cluster)
+    prewarm = _run("prewarm", requests, catalog, cluster, _surge_forecast("big", SURGE))
+    assert prewarm.served_from["L3"] == 0
+    assert prewarm.served_from["L0"] + prewarm.served_from["L1"] == 10
+    assert prewarm.wait_total_s < 0.05 * reactive.wait_total_s
+    assert prewarm.peak_over_commit_bytes == 0
+
+
+def test_prefetch_that_serves_no_request_is_a_misprediction() -> None:
+    catalog, cluster = _catalog({"m": 20 * GB}), _cluster("80GB")
+    report = _run("prewarm", [], catalog, cluster, _surge_forecast("m", SURGE), end=SURGE + 3600)
+    assert report.prefetches >= 1
+    assert report.mispredictions >= 1
+
+
+def test_no_tier_is_ever_over_committed_when_cold_models_pile_up() -> None:
+    catalog = _catalog({"a": 60 * GB, "b": 60 * GB, "c": 60 * GB})
+    cluster = _cluster("80GB", l1="100GB")
+    requests = [(SURGE, m) for m in "abc"] + [(SURGE + 400, m) for m in "abc"]
+    forecasts = {m: _surge_forecast(m, SURGE) for m in "abc"}
+
+    def all_three(now: float) -> dict[str, ModelForecast]:
+        return {m: f(now)[m] for m, f in forecasts.items()}
+
+    for name in ("reactive", "prewarm"):
+        report = _run(name, requests, catalog, cluster, all_three)
+        assert report.peak_over_commit_bytes == 0, name
+        assert report.requests == 6
