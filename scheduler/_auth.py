@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prewarm import ConfigError
+from scheduler._planner import DEMAND_SOURCE
 
 __all__ = ["Authenticator", "Forbidden", "Principal", "RateLimiter", "Unauthorized", "parse_token_spec"]
 
@@ -71,6 +72,11 @@ def parse_token_spec(
             form = "source:token[:model|model...]" if publishable else "source:token"
             # The entry itself may hold a token: name its position, never its text.
             raise ConfigError(f"{setting} entry {index + 1} is not {form}", setting=setting)
+        if parts[0] == DEMAND_SOURCE:
+            # Hints from this source pre-empt every prefetch; only the scheduler itself may send them.
+            raise ConfigError(
+                f"{setting} entry {index + 1}: source {parts[0]!r} is reserved", setting=setting
+            )
         models = None
         if publishable and len(parts) == 3 and parts[2]:
             models = frozenset(m for m in parts[2].split("|") if m)

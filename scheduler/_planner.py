@@ -363,8 +363,10 @@ def _open_book(
                 if spec is not None and in_catalog
                 else 0.0
             )
-            held[tier][r.model] = _Entry(
-                model=r.model,
+            # A copy of another version still takes bytes but never counts as holding the model.
+            key = r.model if in_catalog else f"{r.model}@{r.version}"
+            held[tier][key] = _Entry(
+                model=key,
                 bytes=r.bytes,
                 value=value,
                 protected=_protected(r, now, config) or not in_catalog,

@@ -43,3 +43,8 @@ def test_token_bucket_refills_at_its_rate() -> None:
     assert [limiter.acquire("a", 0.0) for _ in range(3)] == [0.0, 0.0, 0.5]
     assert limiter.acquire("a", 0.5) == 0.0
     assert limiter.acquire("b", 0.5) == 0.0
+
+
+def test_the_demand_source_cannot_be_given_a_token() -> None:
+    with pytest.raises(ConfigError, match="reserved"):
+        Authenticator("demand:abc")

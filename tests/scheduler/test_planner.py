@@ -190,3 +190,10 @@ def test_cascading_cold_start_places_one_and_queues_the_rest() -> None:
         {"x", "y", "z"} - {detailed.placements[0].model}
     )
     assert [o.action for o in detailed.orders] == [OrderAction.PREFETCH]
+
+
+def test_copy_of_an_old_version_does_not_count_as_holding_the_model() -> None:
+    old = resident("chat", 2 * GB, loaded_at=NOW - 3600).model_copy(update={"version": "0"})
+    r = report("a", {Tier.L1: [old], Tier.L2: [old]}, capacity=CAP)
+    orders = plan(NOW, {}, [hint("chat")], catalog(spec("chat", 2 * GB)), state(cluster("a"), r), CONFIG)
+    assert [(o.model, o.version, o.action) for o in orders] == [("chat", "1", OrderAction.PREFETCH)]
