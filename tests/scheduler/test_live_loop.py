@@ -12,12 +12,23 @@ from pathlib import Path
 
 import httpx
 import pytest
+from kafka import KafkaProducer
 from scheduler_builders import settings_for_stack
 
 from executor import Executor
 from executor.daemon import ExecutorDaemon
 from models import Catalog, ModelSpec, TransformerShape, write_safetensors
-from prewarm import ExecutorSettings, Hint, OrderReason, OrderStatus, S3Settings, Settings, Tier
+from prewarm import (
+    ExecutorSettings,
+    Hint,
+    Order,
+    OrderAction,
+    OrderReason,
+    OrderStatus,
+    S3Settings,
+    Settings,
+    Tier,
+)
 from prewarm._metrics import REGISTRY
 from scheduler import DEMAND_SOURCE, Cluster, PlannerConfig
 from scheduler._runtime import Runtime
@@ -173,3 +184,53 @@ def test_load_api_returns_once_the_model_is_in_l0(loop: Callable[..., Loop]) -> 
         assert http.post("/v1/load", json={"model": "ghost"}).status_code == 404
         assert http.post("/v1/load", json={"model": "../x"}).status_code == 422
         assert b"prewarm_executor_load_wait_seconds" in http.get("/metrics").content
+
+
+def _publish(settings: Settings, *orders: Order) -> None:
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.kafka_bootstrap, acks="all")
+    for order in orders:
+        producer.send(
+            settings.kafka.topic_orders, key=order.node.encode(), value=order.model_dump_json().encode()
+        )
+    producer.flush()
+    producer.close()
+
+
+def _order(node: str, model: str, oid: str, *, deadline: float) -> Order:
+    now = time.time()
+    return Order(
+        id=oid,
+        node=node,
+        model=model,
+        version="1",
+        action=OrderAction.PREFETCH,
+        tier=Tier.L1,
+        reason=OrderReason.HINT,
+        not_before=now,
+        deadline=deadline,
+        created_at=now,
+    )
+
+
+def test_daemon_applies_its_own_orders_once_and_reports_expired_ones(loop: Callable[..., Loop]) -> None:
+    live = loop()
+    node = live.executor.settings.node_name
+    fresh = _order(node, "m0", "fresh-1", deadline=time.time() + 60)
+    _publish(
+        live.settings,
+        _order("someone-else", "m1", "other-1", deadline=time.time() + 60),
+        _order(node, "m1", "late-1", deadline=time.time() - 1),
+        fresh,
+        fresh,  # delivered twice: applied once
+    )
+    assert wait_until(lambda: len(live.daemon.outcomes) >= 3)
+    by_id = [(o.order_id, o.status) for o in live.daemon.outcomes]
+    assert ("late-1", OrderStatus.EXPIRED) in by_id
+    assert ("fresh-1", OrderStatus.DONE) in by_id
+    assert ("fresh-1", OrderStatus.ALREADY) in by_id
+    assert all(oid != "other-1" for oid, _ in by_id)
+    assert tier_of(live.executor, "m1") is Tier.L3
+    # The expired order is reported to the scheduler in the node's state.
+    assert wait_until(
+        lambda: any(o.order_id == "late-1" for o in live.runtime.core.reports()[node].recent_outcomes)
+    )
