@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from typing import Any
@@ -58,6 +59,8 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     handler._prewarm = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level)
+    # MLflow installs its own INFO handler when first imported, reading this variable then.
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     for noisy in ("kafka", "botocore", "urllib3", "s3transfer", "alembic", "mlflow", "httpx"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 

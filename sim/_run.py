@@ -33,7 +33,8 @@ class SimReport:
     served_from: dict[str, int]
     prefetches: int
     mispredictions: int
-    failed_loads: int
+    queued_loads: int
+    failed_orders: int
     bytes_moved: int
     peak_over_commit_bytes: int
     orders: int
@@ -118,7 +119,8 @@ def _report(name: str, world: World, orders: int) -> SimReport:
         served_from=served,
         prefetches=totals["prefetches"],
         mispredictions=totals["mispredictions"],
-        failed_loads=totals["failed_loads"],
+        queued_loads=totals["queued_loads"],
+        failed_orders=totals["failed_orders"],
         bytes_moved=totals["bytes_moved"],
         peak_over_commit_bytes=totals["peak_over_commit_bytes"],
         orders=orders,

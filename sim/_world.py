@@ -59,7 +59,8 @@ class SimNode:
     capacity: dict[Tier, int]
     bandwidth: dict[str, float]
     held: dict[Tier, dict[str, _Copy]] = field(default_factory=lambda: {t: {} for t in CACHE_TIERS})
-    failed_loads: int = 0
+    queued_loads: int = 0  # a request whose load had to wait for transfers in flight to free room
+    failed_orders: int = 0  # a prefetch that did not fit when it was applied
     bytes_moved: int = 0
     mispredictions: int = 0
     prefetches: int = 0
@@ -120,7 +121,6 @@ class SimNode:
         path = [t for t in reversed(CACHE_TIERS) if to.level <= t.level < frm.level]
         for tier in path:
             if not self._room(tier, size, start, keep=model):
-                self.failed_loads += 1
                 return None
             ready += self.hop_s(size, tier)
             # Only the target tier's copy is the speculative one; the path below it is staging.
@@ -208,6 +208,7 @@ class World:
             size = self.catalog[order.model].size_bytes
             if order.action is OrderAction.PREFETCH:
                 ok = node.load(order.model, size, order.tier, now, prefetch=not order.demand) is not None
+                node.failed_orders += 0 if ok else 1
                 status = OrderStatus.DONE if ok else OrderStatus.FAILED
             elif order.action is OrderAction.DEMOTE:
                 node.demote(order.model, order.tier, now)
@@ -232,7 +233,17 @@ class World:
         node = min(self.nodes.values(), key=rank)
         frm = node.closest(model)
         ready = node.load(model, size, Tier.L0, now, prefetch=False)
-        wait = max(0.0, (ready if ready is not None else now + node.hop_s(size, Tier.L0) * 3) - now)
+        at = now
+        if ready is None:
+            # A capacity-aware executor queues the load until transfers in flight settle and free room.
+            node.queued_loads += 1
+        while ready is None:
+            busy = [c.ready_at for t in CACHE_TIERS for c in node.held[t].values() if c.ready_at > at]
+            if not busy:
+                break
+            at = min(busy)
+            ready = node.load(model, size, Tier.L0, at, prefetch=False)
+        wait = max(0.0, (ready if ready is not None else at) - now)
         node.touch(model, now)
         served = Served(now, model, node.name, frm, wait)
         self.served.append(served)
@@ -251,7 +262,8 @@ class World:
     def totals(self, names: Iterable[str] = ()) -> dict[str, int]:
         nodes = [self.nodes[n] for n in names] if names else list(self.nodes.values())
         return {
-            "failed_loads": sum(n.failed_loads for n in nodes),
+            "queued_loads": sum(n.queued_loads for n in nodes),
+            "failed_orders": sum(n.failed_orders for n in nodes),
             "bytes_moved": sum(n.bytes_moved for n in nodes),
             "mispredictions": sum(n.mispredictions for n in nodes),
             "prefetches": sum(n.prefetches for n in nodes),

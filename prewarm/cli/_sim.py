@@ -51,12 +51,12 @@ def render_table(reports: Mapping[str, SimReport]) -> str:
     """One row per policy: requests, cold starts, waits, where requests were served from."""
     lines = [
         f"{'policy':<10} {'requests':>8} {'cold':>6} {'wait s':>9} {'p95 s':>7} {'p99 s':>7} "
-        f"{'from L0':>8} {'prefetch':>8} {'mispred':>7} {'failed':>6}"
+        f"{'from L0':>8} {'prefetch':>8} {'mispred':>7} {'queued':>6}"
     ]
     for name, r in reports.items():
         lines.append(
             f"{name:<10} {r.requests:>8} {r.cold_starts:>6} {r.wait_total_s:>9.0f} {r.wait_p95_s:>7.1f} "
             f"{r.wait_p99_s:>7.1f} {r.served_from['L0'] / max(r.requests, 1):>8.1%} {r.prefetches:>8} "
-            f"{r.mispredictions:>7} {r.failed_loads:>6}"
+            f"{r.mispredictions:>7} {r.queued_loads:>6}"
         )
     return "\n".join(lines)
