@@ -55,6 +55,8 @@ class RequestLogProducer:
         self._producer = make_producer(
             settings,
             acks="all",
+            # Retries after a lost ack must not write an event twice: the log is the ground truth.
+            enable_idempotence=True,
             compression_type=None if compression == "none" else compression,
             linger_ms=linger_ms,
             batch_size=batch_bytes,

@@ -51,17 +51,17 @@ def run(
     ),
 ) -> None:
     """Consume the request log into the demand store until SIGTERM/SIGINT (then flush and commit)."""
-    from ingest import DemandStore, IngestConsumer
-
-    settings = settings_of(ctx)
     stop = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("stopping: flushing the pending batch", extra={"signal": signal.Signals(signum).name})
-        stop.set()
+        stop.set()  # the loop notices within one poll, then flushes and commits
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+
+    from ingest import DemandStore, IngestConsumer
+
+    settings = settings_of(ctx)
     if settings.ingest.ingest_metrics_port is not None:
         from prometheus_client import start_http_server
 

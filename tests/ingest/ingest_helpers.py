@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from ingest import DeadLetter, RequestLogProducer, decode_dead_letter
+from ingest import DeadLetter, DemandStore, RequestLogProducer, decode_dead_letter
 from ingest._kafka import create_topic
 from prewarm import IngestSettings, KafkaSettings
 
 REPO = Path(__file__).resolve().parents[2]
+NOW_MS = int(time.time() * 1000)
 
 # ---------------------------------------------------------------- helpers
 
@@ -84,6 +87,7 @@ def cli_env(kafka: KafkaSettings, ingest: IngestSettings, store_url: str) -> dic
         PREWARM_BATCH_MAX_EVENTS=str(ingest.batch_max_events),
         PREWARM_BATCH_MAX_S=str(ingest.batch_max_s),
         PREWARM_DATABASE_URL=store_url,
+        PREWARM_INGEST_SESSION_TIMEOUT_S=str(ingest.ingest_session_timeout_s),
         PREWARM_LOG_LEVEL="INFO",
     )
     return env
@@ -107,3 +111,24 @@ def wait_for(predicate: Any, timeout_s: float, what: str, interval: float = 0.2)
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def good_events(
+    n: int, models: int = 5, seed: int = 1, start: int = NOW_MS - 3_600_000, span: int = 3_000_000
+) -> tuple[list[tuple[bytes | None, bytes]], Counter[tuple[str, int]]]:
+    """``n`` valid events in time order from ``start`` (ms) over ``span`` ms, and the truth per minute."""
+    rng = random.Random(seed)
+    truth: Counter[tuple[str, int]] = Counter()
+    out: list[tuple[bytes | None, bytes]] = []
+    for i in range(n):
+        model = f"model-{rng.randrange(models)}"
+        ts = start + i * (span // n)
+        extra = {"served_from": "L2", "wait_ms": 100.0} if i % 7 == 0 else {}
+        out.append((model.encode(), event(ts, model, **extra)))
+        truth[(model, (ts // 60_000) * 60)] += 1
+    return out, truth
+
+
+def stored(store: DemandStore) -> Counter[tuple[str, int]]:
+    """What the store holds, in the shape of ``good_events``' truth."""
+    return Counter({(m, minute): req for m, minute, req, _, _ in store.minutes()})

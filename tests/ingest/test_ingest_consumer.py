@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections import Counter
 
 import pytest
-from ingest_helpers import dead_letters, event, make_topic, produce
+from ingest_helpers import NOW_MS, dead_letters, event, good_events, make_topic, produce, stored
 
 from ingest import DemandStore, IngestConsumer, IngestSummary
 from prewarm import EVENT_MAX_BYTES, IngestSettings, KafkaSettings
 
 pytestmark = pytest.mark.kafka
-
-NOW_MS = int(time.time() * 1000)
 
 
 def consume(
@@ -31,26 +28,6 @@ def consume(
         timer.cancel()
     assert summary.records >= records, f"timed out: {summary.records} of {records} records committed"
     return summary
-
-
-def good_events(
-    n: int, models: int = 5, seed: int = 1, start: int = NOW_MS - 3_600_000, span: int = 3_000_000
-) -> tuple[list[tuple[bytes | None, bytes]], Counter[tuple[str, int]]]:
-    """``n`` valid events in time order from ``start`` (ms) over ``span`` ms, and the truth per minute."""
-    rng = random.Random(seed)
-    truth: Counter[tuple[str, int]] = Counter()
-    out: list[tuple[bytes | None, bytes]] = []
-    for i in range(n):
-        model = f"model-{rng.randrange(models)}"
-        ts = start + i * (span // n)
-        extra = {"served_from": "L2", "wait_ms": 100.0} if i % 7 == 0 else {}
-        out.append((model.encode(), event(ts, model, **extra)))
-        truth[(model, (ts // 60_000) * 60)] += 1
-    return out, truth
-
-
-def stored(store: DemandStore) -> Counter[tuple[str, int]]:
-    return Counter({(m, minute): req for m, minute, req, _, _ in store.minutes()})
 
 
 def test_events_are_counted_exactly_per_model_and_minute(
