@@ -8,6 +8,7 @@ so the scheduler plans before any executor reports and corrects itself as soon a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,11 @@ class NodeState:
 
     def holds(self, model: str, tier: Tier) -> bool:
         return any(r.model == model for r in self.residents(tier))
+
+    @functools.cached_property
+    def hop_rates(self) -> tuple[float, ...]:
+        """Bytes per second of the hop into L0, L1 and L2, indexed by tier level (0 when unknown)."""
+        return tuple(self.bandwidth.get(HOP_INTO[t], 0.0) for t in CACHE_TIERS)
 
     def closest_tier(self, model: str) -> Tier:
         """The tier closest to the GPU that holds ``model``; L3 if no cache tier does."""

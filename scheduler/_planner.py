@@ -24,16 +24,19 @@ decision taken in two rounds, or by two scheduler replicas, has the same id and 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec
 from prewarm import Hint, Order, OrderAction, OrderReason, ResidentModel, SchedulerSettings, Tier
-from scheduler._cluster import CACHE_TIERS, HOP_INTO, ClusterState, NodeState
+from scheduler._cluster import CACHE_TIERS, ClusterState, NodeState
 
 __all__ = [
     "DEMAND_SOURCE",
@@ -166,20 +169,41 @@ class _Entry:
     in_catalog: bool
 
 
-@dataclass
 class _Book:
-    """Bytes per tier on one node during one round; copied before a tentative placement."""
+    """Bytes per tier on one node during one round; copied before a tentative placement.
 
-    node: NodeState
-    capacity: dict[Tier, int]
-    unlisted: dict[Tier, int]
-    held: dict[Tier, dict[str, _Entry]]
+    ``put`` and ``drop`` keep a running total per tier, so asking for free room costs nothing.
+    """
+
+    def __init__(
+        self,
+        node: NodeState,
+        capacity: dict[Tier, int],
+        unlisted: dict[Tier, int],
+        held: dict[Tier, dict[str, _Entry]],
+    ) -> None:
+        self.node = node
+        self.capacity = capacity
+        self.unlisted = unlisted
+        self.held = held
+        self._used = {t: unlisted[t] + sum(e.bytes for e in held[t].values()) for t in CACHE_TIERS}
 
     def used(self, tier: Tier) -> int:
-        return self.unlisted[tier] + sum(e.bytes for e in self.held[tier].values())
+        return self._used[tier]
 
     def free(self, tier: Tier) -> int:
-        return self.capacity[tier] - self.used(tier)
+        return self.capacity[tier] - self._used[tier]
+
+    def put(self, tier: Tier, key: str, entry: _Entry) -> None:
+        self.drop(tier, key)
+        self.held[tier][key] = entry
+        self._used[tier] += entry.bytes
+
+    def drop(self, tier: Tier, key: str) -> _Entry | None:
+        entry = self.held[tier].pop(key, None)
+        if entry is not None:
+            self._used[tier] -= entry.bytes
+        return entry
 
     def closest(self, model: str) -> Tier:
         return next((t for t in CACHE_TIERS if model in self.held[t]), Tier.L3)
@@ -212,7 +236,7 @@ def plan_detailed(
 ) -> Plan:
     """``plan`` with its reasoning: placements, deferred candidates and counted mispredictions."""
     rnd = _Round(now=now, config=config, catalog=catalog, books={})
-    wants = _wants(now, forecasts, hints, catalog, config)
+    wants = _wants(now, forecasts, hints, catalog, config, list(cluster.nodes.values()))
     for name in sorted(cluster.nodes):
         rnd.books[name] = _open_book(cluster.nodes[name], now, config, catalog, wants)
     _book_pending(rnd, cluster)
@@ -222,7 +246,8 @@ def plan_detailed(
     candidates = []
     for model, model_wants in wants.items():
         spec = catalog[model]
-        best = _best_candidate(rnd, spec, model_wants, cooling)
+        worth = _payers(spec, model_wants, rnd)
+        best = _best_candidate(rnd, spec, worth, cooling) if worth else None
         if best is not None:
             candidates.append(best)
     # Demand first, then the soonest start, then the most value per byte.
@@ -244,6 +269,7 @@ def _wants(
     hints: Sequence[Hint],
     catalog: Catalog,
     config: PlannerConfig,
+    nodes: Sequence[NodeState],
 ) -> dict[str, list[_Want]]:
     """Every signal that a catalog model will be wanted; anything about other models is ignored."""
     wants: dict[str, list[_Want]] = {}
@@ -268,59 +294,90 @@ def _wants(
             )
         )
     for model, forecast in forecasts.items():
-        if model not in catalog:
-            continue
-        # Candidate windows on the forecast's bucket grid, so that the same window keeps its id.
-        start = max(now, forecast.start)
-        first = forecast.start + math.floor((start - forecast.start) / forecast.bucket_s) * forecast.bucket_s
-        step = max(config.step_s, float(forecast.bucket_s))
-        seen: set[float] = set()
-        t0 = first
-        while t0 <= now + config.horizon_s and t0 < forecast.end:
-            t1 = t0 + config.window_s
-            p = forecast.p_window(max(t0, now), t1)
-            arrival = _arrival(forecast, max(t0, now), t1, p * config.arrival_quantile)
-            if p > 0 and arrival not in seen:
-                seen.add(arrival)
-                wants.setdefault(model, []).append(
-                    _Want(
-                        model=model,
-                        p=p,
-                        t0=arrival,
-                        t1=t1,
-                        reason=OrderReason.FORECAST,
-                        demand=False,
-                        key_time=arrival,
-                    )
-                )
-            t0 += step
-    return wants
+        spec = catalog.get(model)
+        if spec is not None:
+            gains = _gains(spec, nodes, config)
+            wants.setdefault(model, []).extend(_forecast_wants(spec, forecast, now, config, gains))
+    return {m: w for m, w in wants.items() if w}
 
 
-def _arrival(forecast: ModelForecast, t0: float, t1: float, target: float) -> float:
-    """When the window's chance of a request has reached ``target``: the model must be there by then.
+def _gains(spec: ModelSpec, nodes: Sequence[NodeState], config: PlannerConfig) -> dict[Tier, float]:
+    """Per tier, the most a certain request could be worth: waiting saved from L3 on the slowest node."""
+    return {
+        tier: spec.priority.weight
+        * max((_raw_lead(n, spec.size_bytes, Tier.L3, tier, config) for n in nodes), default=0.0)
+        for tier in CACHE_TIERS
+    }
 
-    A window is judged by its whole probability, but a surge in its last minutes does not need the model
-    at the window's start.
+
+def _forecast_wants(
+    spec: ModelSpec, forecast: ModelForecast, now: float, config: PlannerConfig, gains: Mapping[Tier, float]
+) -> list[_Want]:
+    """One want per candidate window on the forecast's bucket grid (so a window keeps its order id).
+
+    A window is judged by its whole probability, but the model must be in place only at its *arrival*:
+    when ``arrival_quantile`` of that probability has passed, so that a surge at the end of a window
+    does not pull the prefetch to the window's start. Computed for all windows at once from cumulative
+    log-probabilities of no request.
     """
-    i0 = max(0, math.floor((t0 - forecast.start) / forecast.bucket_s))
-    i1 = min(len(forecast.p_any), math.ceil((t1 - forecast.start) / forecast.bucket_s))
-    miss = 1.0
-    for i in range(i0, i1):
-        miss *= 1.0 - min(max(float(forecast.p_any[i]), 0.0), 1.0)
-        if 1.0 - miss >= target:
-            return max(t0, forecast.start + i * forecast.bucket_s)
-    return t0
-
-
-def _transfer_s(node: NodeState, size: int, into: Tier, config: PlannerConfig) -> float:
-    rate = node.bandwidth.get(HOP_INTO[into], 0.0)
-    return (size / rate if rate > 0 else _INF) + config.hop_overhead_s
+    n, b = len(forecast.p_any), forecast.bucket_s
+    if n == 0:
+        return []
+    q = np.clip(np.asarray(forecast.p_any, dtype=np.float64), 0.0, 1.0 - 1e-12)
+    cum = np.concatenate(([0.0], np.cumsum(np.log1p(-q))))  # log P(no request in buckets [0, i))
+    neg = -cum  # non-decreasing, for searchsorted
+    first = forecast.start + math.floor((max(now, forecast.start) - forecast.start) / b) * b
+    step = max(config.step_s, float(b))
+    last = min(now + config.horizon_s, forecast.end - 1e-9)
+    if last < first:
+        return []
+    t0s = first + step * np.arange(int((last - first) // step) + 1)
+    begin = np.maximum(t0s, now)
+    i0 = np.clip(np.floor((begin - forecast.start) / b).astype(np.int64), 0, n)
+    i1 = np.maximum(np.clip(np.ceil((t0s + config.window_s - forecast.start) / b).astype(np.int64), 0, n), i0)
+    p = 1.0 - np.exp(cum[i1] - cum[i0])
+    # First bucket j in [i0, i1) by whose end the chance of a request reached p × quantile.
+    reach = neg[i0] - np.log1p(-p * config.arrival_quantile)
+    k = np.maximum(np.searchsorted(neg, reach, side="left"), i0 + 1)
+    arrival = np.where(k <= i1, np.maximum(begin, forecast.start + (k - 1) * b), begin)
+    # Only windows where some tier could pay for itself (an upper bound; see _payers) become wants.
+    held_gb_s = (t0s + config.window_s - arrival) * spec.size_bytes / 1e9
+    useful = np.zeros(len(t0s), dtype=bool)
+    for tier in CACHE_TIERS:
+        useful |= p * gains[tier] > held_gb_s * config.price_per_gb_s.get(tier, 0.0)
+    out: list[_Want] = []
+    seen: set[float] = set()
+    for t1, pw, at, ok in zip(t0s + config.window_s, p, arrival, useful, strict=True):
+        if pw <= 0 or not ok or float(at) in seen:
+            continue
+        seen.add(float(at))
+        out.append(
+            _Want(
+                model=spec.id,
+                p=float(pw),
+                t0=float(at),
+                t1=float(t1),
+                reason=OrderReason.FORECAST,
+                demand=False,
+                key_time=float(at),
+            )
+        )
+    return out
 
 
 def _raw_lead(node: NodeState, size: int, frm: Tier, to: Tier, config: PlannerConfig) -> float:
     """Seconds to move ``size`` bytes from tier ``frm`` to the closer tier ``to``."""
-    return sum(_transfer_s(node, size, t, config) for t in CACHE_TIERS if to.level <= t.level < frm.level)
+    return _hops_s(node.hop_rates, config.hop_overhead_s, size, frm.level, to.level)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _hops_s(rates: tuple[float, ...], overhead: float, size: int, frm: int, to: int) -> float:
+    # Called for every (model, node, tier) of every round with few distinct arguments: memoised.
+    return sum(
+        (size / rate if rate > 0 else _INF) + overhead
+        for level, rate in enumerate(rates)
+        if to <= level < frm
+    )
 
 
 def _lead(node: NodeState, size: int, frm: Tier, to: Tier, config: PlannerConfig) -> float:
@@ -397,15 +454,15 @@ def _book_pending(rnd: _Round, cluster: ClusterState) -> None:
         if order.action is OrderAction.PREFETCH:
             for tier in CACHE_TIERS:
                 if order.tier.level <= tier.level and order.model not in book.held[tier]:
-                    book.held[tier][order.model] = _Entry(order.model, spec.size_bytes, _INF, True, True)
+                    book.put(tier, order.model, _Entry(order.model, spec.size_bytes, _INF, True, True))
         elif order.action is OrderAction.DEMOTE:
-            entry = book.held[order.tier.closer()].pop(order.model, None)
-            if entry is not None and order.tier in CACHE_TIERS:
-                book.held[order.tier].setdefault(order.model, entry)
+            entry = book.drop(order.tier.closer(), order.model)
+            if entry is not None and order.tier in CACHE_TIERS and order.model not in book.held[order.tier]:
+                book.put(order.tier, order.model, entry)
         else:
             for tier in CACHE_TIERS:
                 if tier.level <= order.tier.level:
-                    book.held[tier].pop(order.model, None)
+                    book.drop(tier, order.model)
 
 
 def _cooldowns(cluster: ClusterState, now: float, config: PlannerConfig) -> set[tuple[str, str]]:
@@ -447,7 +504,7 @@ def _evict_mispredictions(rnd: _Round, wants: Mapping[str, list[_Want]]) -> None
                     )
                 )
                 for t in (Tier.L0, Tier.L1):
-                    book.held[t].pop(r.model, None)
+                    book.drop(t, r.model)
 
 
 @dataclass(frozen=True)
@@ -461,17 +518,39 @@ class _Candidate:
     not_before: float
 
 
+def _payers(spec: ModelSpec, wants: Sequence[_Want], rnd: _Round) -> list[_Want]:
+    """The wants for which some tier on some node may be worth its cost: an upper bound, to prune.
+
+    Benefit is at most the waiting saved from L3 on the slowest node; holding costs at least the window.
+    """
+    gains = _gains(spec, [b.node for b in rnd.books.values()], rnd.config)
+    gb = spec.size_bytes / 1e9
+    prices = {tier: rnd.config.price_per_gb_s.get(tier, 0.0) for tier in CACHE_TIERS}
+    return [
+        w
+        for w in wants
+        # Forecast wants were pruned by the same bound when they were made.
+        if w.demand
+        or w.reason is OrderReason.FORECAST
+        or any(w.p * gains[t] > (w.t1 - w.t0) * gb * prices[t] for t in CACHE_TIERS)
+    ]
+
+
 def _best_candidate(
     rnd: _Round, spec: ModelSpec, wants: Sequence[_Want], cooling: set[tuple[str, str]]
 ) -> _Candidate | None:
     """The node, tier and want to act on for ``spec``, or None when nothing is worth doing."""
     per_node: list[tuple[_Candidate, _Book]] = []
+    ordered = sorted(wants, key=lambda w: (not w.demand, w.t0))
     for name, book in rnd.books.items():
         if (name, spec.id) in cooling and not any(w.demand for w in wants):
             continue
         frm = book.closest(spec.id)
         best: _Candidate | None = None
-        for want in wants:
+        for want in ordered:
+            # The soonest want with any worthwhile tier wins (_tier_key): later ones need not be valued.
+            if best is not None and not want.demand and want.t0 > best.want.t0:
+                break
             for tier in CACHE_TIERS:
                 if tier.level >= frm.level or book.capacity[tier] < spec.size_bytes:
                     continue
@@ -520,7 +599,7 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
         path = [t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level]
         if all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path):
             for t in path:
-                trial.held[t][spec.id] = _Entry(spec.id, spec.size_bytes, value, True, True)
+                trial.put(t, spec.id, _Entry(spec.id, spec.size_bytes, value, True, True))
             rnd.books[cand.node] = trial
             _emit_placement(rnd, cand, tier, moves)
             return
@@ -559,8 +638,8 @@ def _make_room(book: _Book, tier: Tier, need: int, value: float, moves: list[tup
         if lower in CACHE_TIERS and victim.model not in book.held[lower]:
             if not _make_room(book, lower, victim.bytes, value, moves):
                 continue
-            book.held[lower][victim.model] = replace(victim, protected=True)
-        book.held[tier].pop(victim.model)
+            book.put(lower, victim.model, replace(victim, protected=True))
+        book.drop(tier, victim.model)
         moves.append((victim.model, tier, lower))
     return book.free(tier) >= need
 
@@ -661,8 +740,8 @@ def _cool_down(rnd: _Round, forecasts: Mapping[str, ModelForecast], hints: Seque
                 if entry.model not in book.held[lower]:
                     if book.free(lower) < entry.bytes:
                         continue
-                    book.held[lower][entry.model] = replace(entry, protected=True)
-                book.held[tier].pop(entry.model)
+                    book.put(lower, entry.model, replace(entry, protected=True))
+                book.drop(tier, entry.model)
                 rnd.orders.append(
                     _order(
                         rnd,
