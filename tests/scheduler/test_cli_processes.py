@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_live_loop import models, wait_until
+from live_builders import models, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

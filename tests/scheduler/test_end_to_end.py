@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from live_builders import MB, executor_for, models, tier_of, wait_until
 from scheduler_builders import settings_for_stack
-from test_live_loop import MB, executor_for, models, tier_of, wait_until
 
 import forecaster
 from executor.daemon import ExecutorDaemon
