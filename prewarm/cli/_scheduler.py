@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import typer
@@ -27,6 +28,9 @@ def run(
     from scheduler._runtime import Runtime
 
     settings = settings_of(ctx)
+    if settings.core.log_level != "DEBUG":
+        # APScheduler logs every job run at INFO: one line per published order drowns the log.
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     path = catalog or settings.core.catalog
     if path is None:
         raise ConfigError("no catalog: pass --catalog or set PREWARM_CATALOG", setting="PREWARM_CATALOG")

@@ -39,7 +39,7 @@ def make(**overrides: object) -> tuple[TestClient, list[Order], Clock]:
     sent: list[Order] = []
     clock = Clock()
     core = SchedulerCore(
-        catalog=catalog(spec("chat", 2 * GB), spec("search", GB), spec("other", GB)),
+        catalog=catalog(spec("chat", 2 * GB), spec("search", GB), spec("other", GB), spec("org/llm", GB)),
         cluster=cluster("gpu-a"),
         config=PlannerConfig(),
         dispatch=sent.extend,
@@ -195,3 +195,10 @@ def test_tokens_are_never_logged(caplog: pytest.LogCaptureFixture) -> None:
     c.post("/v1/hints", json={"model": "chat"}, headers=bearer("wrong-token"))
     assert "s3cret" not in caplog.text
     assert "wrong-token" not in caplog.text
+
+
+def test_model_ids_with_an_organisation_work_in_paths(client: TestClient) -> None:
+    assert (
+        client.post("/v1/hints", json={"model": "org/llm"}, headers=bearer("s3cret-ops")).status_code == 202
+    )
+    assert client.get("/v1/models/org/llm").json()["hints"][0]["model"] == "org/llm"
