@@ -73,8 +73,12 @@ def retrain(
     *,
     track: bool = True,
     tracking_uri: str | None = None,
+    config: SelectionConfig | None = None,
 ) -> RetrainResult:
-    """Retrain on the ``history_days`` before ``now``; log, register and maybe promote (``track``)."""
+    """Retrain on the ``history_days`` before ``now``; log, register and maybe promote (``track``).
+
+    ``config`` overrides the selection built from ``settings`` (tests and benchmarks restrict families).
+    """
     began = time.perf_counter()
     f = settings.forecast
     start = (int(now) // 60 - f.history_days * 1440) * 60
@@ -90,7 +94,7 @@ def retrain(
         history = history.split(start)[1] if history.start < start else history
     if not history.models:
         raise ForecastError("no models with demand history to train on")
-    config = selection_config(settings)
+    config = config or selection_config(settings)
     report: BacktestReport | None = None
     holdout = int(f.holdout_days * 86400)
     if history.minutes * 60 > holdout + 2 * 86400:

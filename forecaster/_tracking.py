@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,13 +65,31 @@ def _mlflow_errors(what: str) -> Iterator[None]:
         raise
 
 
-def _client(tracking_uri: str) -> Any:
+@contextlib.contextmanager
+def _tracking(tracking_uri: str) -> Iterator[Any]:
+    """A client for ``tracking_uri``, with MLflow's fluent API pointed at it only for the duration.
+
+    ``mlflow.set_tracking_uri`` also writes ``MLFLOW_TRACKING_URI`` into the process environment; the
+    previous value is put back, so one retrain cannot redirect everything else in the process.
+    """
     import mlflow
     from mlflow import MlflowClient
 
+    if tracking_uri.startswith("file:"):
+        # MLflow 3 keeps the file store only behind this opt-in; the embedded default and the tests'
+        # tmp stores use it. Set here, at the one boundary that talks to MLflow, not read anywhere else.
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    saved_env = os.environ.get("MLFLOW_TRACKING_URI")
+    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None  # type: ignore[no-untyped-call]
     mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_registry_uri(tracking_uri)
-    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    try:
+        yield MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    finally:
+        mlflow.set_tracking_uri(previous)  # type: ignore[arg-type]  # None unsets it again
+        if saved_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = saved_env
 
 
 def _safe_key(text: str) -> str:
@@ -92,9 +111,8 @@ def log_retrain(
     """Log one retrain as a run, register its model, and promote it to ``champion`` if it is better."""
     import mlflow
 
-    client = _client(tracking_uri)
     aggregate = report.aggregate if report is not None else {}
-    with _mlflow_errors(f"log retrain to {experiment!r}"):
+    with _mlflow_errors(f"log retrain to {experiment!r}"), _tracking(tracking_uri) as client:
         mlflow.set_experiment(experiment)
         with mlflow.start_run(run_name=f"retrain-{int(now)}") as run, tempfile.TemporaryDirectory() as tmp:
             mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
@@ -181,9 +199,11 @@ def load_forecaster(uri: str | Path, *, tracking_uri: str | None = None) -> Fore
         return ForecasterBundle.load(text)
     import mlflow
 
-    with _mlflow_errors(f"load {text}"), tempfile.TemporaryDirectory() as tmp:
-        if tracking_uri is not None:
-            _client(tracking_uri)
+    with (
+        _mlflow_errors(f"load {text}"),
+        tempfile.TemporaryDirectory() as tmp,
+        _tracking(tracking_uri or mlflow.get_tracking_uri()),
+    ):
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=text, dst_path=tmp))
         candidates = [local / "artifacts" / "bundle", local / "bundle", local]
         for candidate in candidates:

@@ -37,26 +37,32 @@ def bucketed(history: History, days: int) -> tuple[npt.NDArray[np.float64], int]
     return filled.reshape(len(history.models), -1, _BUCKET).sum(axis=2), start
 
 
-def busy(history: History, min_rate: float, min_days: float) -> npt.NDArray[np.bool_]:
+def busy(history: History, min_rate: float, min_days: float, max_series: int) -> npt.NDArray[np.bool_]:
+    """The ``max_series`` busiest series of at least ``min_rate`` per minute with ``min_days`` of data.
+
+    The cap bounds the cost of the per-series statsmodels fits on a retrain of thousands of models;
+    busy series are where a smooth level-plus-season model can beat the cheaper families."""
+    n = len(history.models)
+    if not history.minutes:
+        return np.zeros(n, dtype=bool)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        rate = (
-            np.nan_to_num(np.nanmean(history.counts[:, -DAY_MIN * 3 :], axis=1)) if history.minutes else None
-        )
-    if rate is None:
-        return np.zeros(len(history.models), dtype=bool)
+        rate = np.nan_to_num(np.nanmean(history.counts[:, -DAY_MIN * 3 :], axis=1))
     observed = (~np.isnan(history.counts)).sum(axis=1)
-    return np.asarray((rate >= min_rate) & (observed >= min_days * DAY_MIN), dtype=bool)
+    ok = (rate >= min_rate) & (observed >= min_days * DAY_MIN)
+    if ok.sum() > max_series:
+        ok &= rate >= np.sort(rate[ok])[-max_series]
+    return np.asarray(ok, dtype=bool)
 
 
 class ETS(Family):
     alias = "ets"
 
-    def __init__(self, min_rate: float = 0.2, days: int = 7) -> None:
-        self.min_rate, self.days = min_rate, days
+    def __init__(self, min_rate: float = 0.5, days: int = 7, max_series: int = 100) -> None:
+        self.min_rate, self.days, self.max_series = min_rate, days, max_series
 
     def eligible(self, history: History) -> npt.NDArray[np.bool_]:
-        return busy(history, self.min_rate, 4)
+        return busy(history, self.min_rate, 4, self.max_series)
 
     def fit(self, history: History) -> list[Params | Failure]:
         from statsmodels.tsa.holtwinters import ExponentialSmoothing
@@ -76,7 +82,7 @@ class ETS(Family):
                         seasonal="add",
                         seasonal_periods=_PER_DAY,
                         initialization_method="heuristic",
-                    ).fit()
+                    ).fit(use_brute=False)  # the brute-force start grid costs 4x, rarely changes the fit
                     ahead = np.asarray(fitted.forecast(_PER_DAY), dtype=np.float64)
             except Exception as exc:  # statsmodels raises many types; any of them means "use another family"
                 out.append(Failure(f"ExponentialSmoothing: {type(exc).__name__}: {exc}"))

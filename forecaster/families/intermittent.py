@@ -8,6 +8,8 @@ the hours.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import numpy.typing as npt
 
@@ -36,7 +38,8 @@ class Intermittent(Family):
         demand = np.where(seen > 0, np.nansum(counts, axis=2) * b / np.maximum(seen, 1), np.nan)
         observed = ~np.isnan(demand)
         first = demand[:, : max(1, 24 * 60 // b)]
-        with np.errstate(invalid="ignore", divide="ignore"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows are handled by nan_to_num
             p = np.nan_to_num(np.nanmean(first > 0, axis=1), nan=0.0)
             positive = np.where(demand > 0, demand, np.nan)
             z = np.nan_to_num(np.nanmean(positive, axis=1), nan=1.0)

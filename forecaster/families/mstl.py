@@ -28,11 +28,11 @@ _PER_WEEK = 7 * _PER_DAY
 class MSTLFamily(Family):
     alias = "mstl"
 
-    def __init__(self, min_rate: float = 0.2, days: int = 14) -> None:
-        self.min_rate, self.days = min_rate, days
+    def __init__(self, min_rate: float = 0.5, days: int = 14, max_series: int = 100) -> None:
+        self.min_rate, self.days, self.max_series = min_rate, days, max_series
 
     def eligible(self, history: History) -> npt.NDArray[np.bool_]:
-        return busy(history, self.min_rate, 4)
+        return busy(history, self.min_rate, 4, self.max_series)
 
     def fit(self, history: History) -> list[Params | Failure]:
         from statsmodels.tsa.seasonal import MSTL

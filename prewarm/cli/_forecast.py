@@ -1,7 +1,292 @@
-"""``prewarm forecast``: Train, inspect and backtest the per-model demand forecasters."""
+"""``prewarm forecast``: Train, inspect and backtest the per-model demand forecasters.
+
+Also registers ``prewarm bench forecast``: quality (Brier skill at lead 5 per pattern family, against a
+constant-rate and a time-of-week baseline) and speed (retrain, 2-hour predict) on synthetic demand.
+"""
 
 from __future__ import annotations
 
-from prewarm.cli._common import app_group
+import math
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import typer
+
+from prewarm._exceptions import InvalidInput
+from prewarm.cli._common import app_group, bench_app, settings_of, write_json
 
 app = app_group("Train, inspect and backtest the per-model demand forecasters.")
+
+_JSON = typer.Option(None, "--json", help="Write the result as JSON to this file ('-' = stdout).")
+
+
+def _epoch(value: str, option: str) -> float:
+    """Epoch seconds from a number or an ISO-8601 time (UTC when no offset is given)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidInput(
+            f"{option}: expected epoch seconds or ISO-8601, got {value!r}", reason="time"
+        ) from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@app.command("train")
+def train(
+    ctx: typer.Context,
+    now: str | None = typer.Option(
+        None, "--now", help="Train on the history before this time (default: now)."
+    ),
+    track: bool = typer.Option(
+        True, "--track/--no-track", help="Log the run to MLflow and maybe promote it."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Also save the fitted bundle to this directory."),
+    json_out: Path | None = _JSON,
+) -> None:
+    """Retrain every model from the demand store; log to MLflow; move 'champion' only if it is better."""
+    from forecaster import retrain
+    from ingest import DemandStore
+
+    settings = settings_of(ctx)
+    at = _epoch(now, "--now") if now else time.time()
+    store = DemandStore(settings.database_url)
+    try:
+        result = retrain(settings, store, at, track=track)
+    finally:
+        store.close()
+    if out is not None:
+        result.bundle.save(out)
+    payload: dict[str, Any] = {
+        "models": len(result.bundle.models),
+        "trained_until": _iso(result.bundle.trained_until),
+        "seconds": round(result.seconds, 2),
+        "families_chosen": _family_counts(result.bundle),
+        "aggregate": None if result.report is None else _without(result.report.aggregate, "by_pattern"),
+        "decision": None if result.decision is None else vars(result.decision),
+    }
+    write_json(payload, json_out)
+
+
+@app.command("show")
+def show(
+    ctx: typer.Context,
+    model: str = typer.Argument(..., help="Model id."),
+    source: str | None = typer.Option(
+        None, "--from", help="Bundle directory or MLflow URI (default: models:/<registered_model>@champion)."
+    ),
+    now: str | None = typer.Option(None, "--now", help="Forecast origin (default: now)."),
+    horizon_s: int | None = typer.Option(None, "--horizon-s", help="Horizon in seconds (default: setting)."),
+    png: Path | None = typer.Option(None, "--png", help="Write a forecast-vs-actual plot here."),
+    actual: bool = typer.Option(
+        True, "--actual/--no-actual", help="Read actual counts from the demand store."
+    ),
+    json_out: Path | None = _JSON,
+) -> None:
+    """Forecast vs actual for one model: a table per bucket (and a PNG with --png)."""
+    import numpy as np
+
+    from forecaster import load_forecaster, tracking_uri_of
+    from prewarm._exceptions import UnknownModel
+
+    settings = settings_of(ctx)
+    f = settings.forecast
+    uri = source or f"models:/{f.registered_model}@champion"
+    bundle = load_forecaster(uri, tracking_uri=tracking_uri_of(settings))
+    if model not in bundle.models:
+        raise UnknownModel(model)
+    at = _epoch(now, "--now") if now else time.time()
+    horizon = horizon_s or bundle.horizon_s
+    fc = bundle.predict(at, horizon)[model]
+    counts = None
+    if actual:
+        counts = _actual_counts(settings.database_url, model, fc.start, fc.end, fc.bucket_s)
+    rows = [
+        {
+            "bucket_start": _iso(fc.start + i * fc.bucket_s),
+            "expected": round(float(fc.expected[i]), 4),
+            "p_any": round(float(fc.p_any[i]), 4),
+            "actual": None if counts is None else int(counts[i]),
+        }
+        for i in range(len(fc.expected))
+    ]
+    if png is not None:
+        from forecaster._plots import forecast_plot
+
+        forecast_plot(bundle, model, at, horizon, None if counts is None else np.asarray(counts), png)
+    choice = bundle.choice(model)
+    header = {
+        "model": model,
+        "family": choice.family,
+        "scale": choice.scale,
+        "reason": choice.reason,
+        "trained_until": _iso(bundle.trained_until),
+    }
+    if json_out is not None:
+        write_json({**header, "buckets": rows}, json_out)
+        return
+    typer.echo(" ".join(f"{k}={v}" for k, v in header.items()))
+    typer.echo(f"{'bucket_start':<22}{'expected':>10}{'p_any':>8}{'actual':>8}")
+    for row in rows:
+        shown = "" if row["actual"] is None else str(row["actual"])
+        typer.echo(f"{row['bucket_start']:<22}{row['expected']:>10.3f}{row['p_any']:>8.3f}{shown:>8}")
+
+
+def _actual_counts(url: str, model: str, start: float, end: float, bucket_s: int) -> list[int] | None:
+    """Actual counts per bucket from the demand store, or None when there is no store to read."""
+    from ingest import DemandStore
+    from prewarm._exceptions import StorageError
+
+    try:
+        store = DemandStore(url, create=False)
+    except StorageError:
+        return None
+    try:
+        series = store.series(model, start, end, step=bucket_s)
+    except StorageError:
+        return None
+    finally:
+        store.close()
+    return [int(v) for v in series.to_numpy()]
+
+
+@app.command("backtest")
+def backtest_cmd(
+    ctx: typer.Context,
+    trace: Path = typer.Option(..., "--trace", help="Trace file (timestamp,model CSV or Azure 2019)."),
+    fmt: str = typer.Option("requests", "--format", help="requests or azure2019."),
+    train_until: str = typer.Option(..., "--train-until", help="Epoch seconds or ISO-8601: end of training."),
+    lead_minutes: int | None = typer.Option(None, "--lead-minutes", help="Lead (default: setting, 5)."),
+    window_minutes: int | None = typer.Option(
+        None, "--window-minutes", help="Window (default: setting, 10)."
+    ),
+    start: str | None = typer.Option(None, "--start", help="Azure 2019: time of minute 1."),
+    plots: Path | None = typer.Option(None, "--plots", help="Write reliability and forecast PNGs here."),
+    json_out: Path | None = _JSON,
+) -> None:
+    """Backtest straight from a trace file (no store): train before --train-until, score after it."""
+    from forecaster import History, backtest
+    from forecaster._retrain import selection_config
+    from ingest._traces import read_trace
+
+    if fmt not in ("requests", "azure2019"):
+        raise typer.BadParameter("expected requests or azure2019", param_hint="--format")
+    trace_fmt: Literal["requests", "azure2019"] = "azure2019" if fmt == "azure2019" else "requests"
+    settings = settings_of(ctx)
+    lead = settings.forecast.lead_minutes if lead_minutes is None else lead_minutes
+    window = settings.forecast.window_minutes if window_minutes is None else window_minutes
+    events = read_trace(trace, trace_fmt, start=_epoch(start, "--start") if start else None)
+    if events.empty:
+        raise InvalidInput(f"{trace}: no events", reason="empty")
+    history = History.from_events(events)
+    config = selection_config(settings)
+    config = type(config)(**{**vars(config), "lead": lead, "window": window})
+    report = backtest(history, _epoch(train_until, "--train-until"), lead=lead, window=window, config=config)
+    if plots is not None:
+        from forecaster._plots import backtest_plots
+
+        backtest_plots(report, plots)
+    write_json(report.to_json(), json_out or Path("-"))
+
+
+@bench_app.command("forecast")
+def bench_forecast(
+    ctx: typer.Context,
+    models: int = typer.Option(1000, "--models", help="Synthetic models."),
+    days: float = typer.Option(14.0, "--days", help="Days of per-minute history."),
+    train_days: float = typer.Option(11.0, "--train-days", help="Backtest: train on the first N days."),
+    seed: int = typer.Option(0, "--seed", help="Generator seed."),
+    retrain_run: bool = typer.Option(
+        True,
+        "--retrain/--no-retrain",
+        help="Also time a full retrain logged to a temporary MLflow file store.",
+    ),
+    json_out: Path | None = _JSON,
+) -> None:
+    """Quality per pattern family (Brier skill vs constant rate and time-of-week); retrain/predict speed."""
+    from forecaster import History, backtest, load_forecaster, retrain
+    from forecaster._retrain import selection_config
+    from ingest._synthetic import generate
+
+    settings = settings_of(ctx)
+    f = settings.forecast
+    began = time.perf_counter()
+    trace = generate(models, days, seed=seed)
+    gen_s = time.perf_counter() - began
+    history = History(trace.models, int(trace.start), trace.counts.astype("float64"))
+    typer.echo(f"generated {models} models x {days:g} days in {gen_s:.1f}s; backtesting", err=True)
+    report = backtest(
+        history,
+        trace.start + train_days * 86400,
+        lead=f.lead_minutes,
+        window=f.window_minutes,
+        config=selection_config(settings),
+        families=trace.families,
+    )
+    result: dict[str, Any] = {
+        "setup": {"models": models, "days": days, "train_days": train_days, "seed": seed},
+        "quality": report.aggregate,
+        "reliability": report.reliability,
+    }
+    typer.echo(
+        f"backtest: brier skill {report.aggregate['brier_skill']:.3f}, "
+        f"vs time-of-week {report.aggregate['brier_skill_vs_time_of_week']:.3f}",
+        err=True,
+    )
+    bundle = report.bundle
+    speed: dict[str, Any] = {
+        "generate_seconds": round(gen_s, 2),
+        "backtest_fit_seconds": report.aggregate["fit_seconds"],
+    }
+    if retrain_run:
+        with tempfile.TemporaryDirectory() as tmp:
+            uri = (Path(tmp) / "mlruns").as_uri()
+            typer.echo("retraining (holdout backtest + final fit + MLflow logging)", err=True)
+            t0 = time.perf_counter()
+            done = retrain(settings, history, float(history.end), tracking_uri=uri)
+            speed["retrain_seconds"] = round(time.perf_counter() - t0, 2)
+            t0 = time.perf_counter()
+            bundle = load_forecaster(f"models:/{f.registered_model}@champion", tracking_uri=uri)
+            speed["load_champion_seconds"] = round(time.perf_counter() - t0, 3)
+            speed["retrain_decision"] = None if done.decision is None else done.decision.reason
+    timings = []
+    for i in range(7):
+        t0 = time.perf_counter()
+        forecasts = bundle.predict(float(history.end) + 60 * i, f.horizon_s)
+        timings.append(time.perf_counter() - t0)
+    speed["predict_seconds_median"] = round(statistics.median(timings), 4)
+    speed["predict_seconds_max"] = round(max(timings), 4)
+    speed["predict_models"] = len(forecasts)
+    speed["predict_horizon_s"] = f.horizon_s
+    result["speed"] = speed
+    result["targets"] = {
+        "brier_skill_ge_0.3": report.aggregate["brier_skill"] >= 0.3,
+        "beats_time_of_week": report.aggregate["brier_skill_vs_time_of_week"] > 0,
+        "retrain_under_600s": None if "retrain_seconds" not in speed else speed["retrain_seconds"] < 600,
+        "predict_under_1s": speed["predict_seconds_max"] < 1.0,
+    }
+    write_json(result, json_out or Path("-"))
+
+
+def _family_counts(bundle: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for choice in bundle.choices:
+        out[choice.family] = out.get(choice.family, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in mapping.items() if k != key and not (isinstance(v, float) and math.isnan(v))}

@@ -1,0 +1,117 @@
+"""Backtests score what the scheduler uses; saved bundles come back identical and refuse unknown layouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import forecaster
+from forecaster import FAMILIES, ForecasterBundle, History, backtest, fit_bundle
+from forecaster._history import History as _History
+from prewarm._exceptions import ForecastError, InvalidInput
+
+DAY = 86400
+
+
+def test_backtest_beats_constant_rate_and_time_of_week_and_is_calibrated(
+    synthetic_small: tuple[History, dict[str, str]],
+) -> None:
+    history, families = synthetic_small
+    report = backtest(history, history.start + 11 * DAY, lead=5, window=10, families=families)
+    agg = report.aggregate
+    assert agg["models"] == len(history.models)
+    assert agg["brier_skill"] >= 0.3
+    assert agg["brier_skill_vs_time_of_week"] > 0.1
+    assert agg["ece"] < 0.05
+    assert agg["ece"] < agg["ece_baseline"]
+    assert set(agg["by_pattern"]) == set(families.values())
+    for model, row in report.per_model.items():
+        assert row["family_chosen"] in FAMILIES
+        assert row["brier_skill"] == pytest.approx(1 - row["brier"] / row["brier_baseline"])
+        assert row["pattern"] == families[model]
+    json.dumps(report.to_json())  # what --json writes must serialise
+
+
+def test_backtest_needs_data_on_both_sides_of_the_cut(
+    synthetic_small: tuple[History, dict[str, str]],
+) -> None:
+    history, _ = synthetic_small
+    with pytest.raises(InvalidInput, match="after --train-until"):
+        backtest(history, history.end - 60)
+    with pytest.raises(InvalidInput, match="before --train-until"):
+        backtest(history, history.start + 60)
+
+
+def test_saved_bundle_loads_back_and_predicts_the_same_numbers(
+    tmp_path: Path, synthetic_small: tuple[History, dict[str, str]]
+) -> None:
+    history, _ = synthetic_small
+    head, _ = history.split(history.start + 7 * DAY)
+    bundle = fit_bundle(head)
+    loaded = ForecasterBundle.load(bundle.save(tmp_path / "b"))
+    now = head.end + 1234.0
+    a, b = bundle.predict(now), loaded.predict(now)
+    assert a.keys() == b.keys()
+    for model in a:
+        assert a[model].family == b[model].family
+        np.testing.assert_allclose(a[model].expected, b[model].expected, rtol=1e-6)
+        np.testing.assert_allclose(a[model].p_any, b[model].p_any, rtol=1e-6)
+    for line in (tmp_path / "b" / "params.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        assert entry["version"] == 1
+        assert entry["family"] in FAMILIES
+
+
+def test_bundle_of_unknown_version_or_family_is_refused(tmp_path: Path) -> None:
+    bundle = fit_bundle(_History(["a"], 0, np.ones((1, 2 * 1440))))
+    path = bundle.save(tmp_path / "b")
+    header = json.loads((path / "bundle.json").read_text())
+    (path / "bundle.json").write_text(json.dumps({**header, "version": 99}))
+    with pytest.raises(ForecastError, match="version 99"):
+        ForecasterBundle.load(path)
+    (path / "bundle.json").write_text(json.dumps(header))
+    entry = json.loads((path / "params.jsonl").read_text())
+    (path / "params.jsonl").write_text(json.dumps({**entry, "family": "crystal_ball"}))
+    with pytest.raises(ForecastError, match="crystal_ball"):
+        ForecasterBundle.load(path)
+
+
+def test_public_face_is_pinned() -> None:
+    assert sorted(forecaster.__all__) == sorted(
+        [
+            "BUNDLE_VERSION",
+            "CHAMPION",
+            "FAMILIES",
+            "BacktestReport",
+            "Choice",
+            "Family",
+            "ForecasterBundle",
+            "History",
+            "ModelForecast",
+            "RegisterDecision",
+            "RetrainResult",
+            "SelectionConfig",
+            "backtest",
+            "fit_bundle",
+            "load_forecaster",
+            "retrain",
+            "tracking_uri_of",
+        ]
+    )
+
+
+def test_every_family_fits_and_compiles_a_week_table(synthetic_small: tuple[History, dict[str, str]]) -> None:
+    history, _ = synthetic_small
+    head, _ = history.split(history.start + 8 * DAY)
+    for alias, family in FAMILIES.items():
+        rows = np.flatnonzero(family.eligible(head))
+        for params in family.fit(head.select(rows)):
+            assert not isinstance(params, forecaster.families.Failure), alias
+            json.dumps(params)  # parameters are plain JSON
+            week = family.week(params)
+            assert week.shape == (7 * 1440,), alias
+            assert np.all(np.isfinite(week)), alias
+            assert np.all(week >= 0), alias
