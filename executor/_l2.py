@@ -38,6 +38,9 @@ __all__ = ["INDEX_VERSION", "ChunkDigester", "L2Cache", "L2Object", "L2Reader", 
 log = get_logger(__name__)
 INDEX_VERSION = 1
 ALIGN = 4096  # O_DIRECT wants offsets, lengths and addresses aligned to the logical block size
+# Buffered writes in pieces of this size ran 2-5x faster than one 32 MiB pwrite per part (measured on
+# ext4 under dirty-page throttling: the kernel copies and throttles per call, and big calls stall).
+_WRITE_PIECE = 256 * 1024
 
 
 def round_up(n: int, align: int = ALIGN) -> int:
@@ -342,7 +345,7 @@ class L2Cache:
         view = memoryview(data)
         try:
             while len(view):
-                n = os.pwrite(tw.fd, view, offset)
+                n = os.pwrite(tw.fd, view[:_WRITE_PIECE], offset)
                 view, offset = view[n:], offset + n
         except OSError as exc:
             raise StorageError(f"L2: writing {tw.path} failed: {exc.strerror}") from exc

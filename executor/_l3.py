@@ -28,6 +28,10 @@ __all__ = ["FileStore", "ObjectStore", "S3Store", "open_store", "register_store"
 log = get_logger(__name__)
 _T = TypeVar("_T")
 _HASH_BLOCK = 8 * 2**20
+# Ranges are received in pieces of this size and handed on (to the L2 writer) while still in the CPU
+# cache; writing whole 32 MiB parts from cold memory ran at half the rate of boto3's download_file.
+PIECE = 1 * 2**20
+OnPiece = Callable[[int, int], None]
 
 
 class ObjectStore(ABC):
@@ -43,9 +47,18 @@ class ObjectStore(ABC):
     def read_range(self, uri: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``; exactly ``end - start`` of them or an ``ObjectStoreError``."""
 
-    def read_range_into(self, uri: str, start: int, dest: memoryview) -> None:
-        """Bytes ``[start, start + len(dest))`` straight into ``dest`` (an L1 buffer): no extra copy."""
+    def read_range_into(
+        self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
+    ) -> None:
+        """Bytes ``[start, start + len(dest))`` straight into ``dest`` (an L1 buffer): no extra copy.
+
+        ``on_piece(a, b)`` is called as ``dest[a:b]`` lands, in pieces of about ``PIECE`` bytes, so the
+        caller can write them on while they are still in the CPU cache. A retried range repeats pieces.
+        """
         dest[:] = self.read_range(uri, start, start + len(dest))
+        if on_piece is not None:
+            for a in range(0, len(dest), PIECE):
+                on_piece(a, min(a + PIECE, len(dest)))
 
     def iter_bytes(self, uri: str, block: int = _HASH_BLOCK) -> Iterator[bytes]:
         size = self.size(uri)
@@ -81,7 +94,9 @@ class FileStore(ObjectStore):
         except OSError as exc:
             raise ObjectStoreError(f"file store: cannot stat {uri}: {exc.strerror}") from exc
 
-    def read_range_into(self, uri: str, start: int, dest: memoryview) -> None:
+    def read_range_into(
+        self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
+    ) -> None:
         try:
             fd = os.open(self.path(uri), os.O_RDONLY)
         except OSError as exc:
@@ -89,9 +104,11 @@ class FileStore(ObjectStore):
         try:
             done = 0
             while done < len(dest):
-                n = os.preadv(fd, [dest[done:]], start + done)
+                n = os.preadv(fd, [dest[done : done + PIECE]], start + done)
                 if n <= 0:
                     raise ObjectStoreError(f"file store: {uri} is shorter than {start + len(dest)} bytes")
+                if on_piece is not None:
+                    on_piece(done, done + n)
                 done += n
         finally:
             os.close(fd)
@@ -238,7 +255,9 @@ class S3Store(ObjectStore):
 
         return self._call(f"GET {uri} bytes {start}-{end - 1}", get)
 
-    def read_range_into(self, uri: str, start: int, dest: memoryview) -> None:
+    def read_range_into(
+        self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
+    ) -> None:
         bucket, key = _split_s3(uri)
         end = start + len(dest)
 
@@ -248,12 +267,14 @@ class S3Store(ObjectStore):
             done = 0
             # readinto: the socket's bytes land in the L1 buffer, no intermediate bytes object.
             while done < len(dest):
-                n = body.readinto(dest[done:])
+                n = body.readinto(dest[done : done + PIECE])
                 if not n:
                     raise ObjectStoreError(
                         f"S3 endpoint {self.endpoint}: short read of {uri} [{start}, {end}): {done} bytes",
                         transient=True,
                     )
+                if on_piece is not None:
+                    on_piece(done, done + n)
                 done += n
 
         self._call(f"GET {uri} bytes {start}-{end - 1}", get)

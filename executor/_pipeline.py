@@ -93,41 +93,30 @@ def fetch_l3(
     def fetch(start: int, end: int) -> memoryview:
         # Into the L1 buffer when there is one (the bytes are needed there anyway), else a scratch one.
         data = dest[start:end] if dest is not None else memoryview(bytearray(end - start))
-        store.read_range_into(uri, start, data)
+        # Each piece goes to the L2 temp file as soon as it lands, while it is still in the CPU cache.
+        store.read_range_into(uri, start, data, on_piece=lambda a, b: l2.write(tw, start + a, data[a:b]))
         return data
 
-    # One writer thread, fed in file order: sequential writes are what a disk (and the kernel's
-    # dirty-page throttling) handles best; many threads writing scattered parts ran at half the rate.
-    writer = ThreadPoolExecutor(1, thread_name_prefix="prewarm-l2-write")
-    writes: deque[Future[None]] = deque()
-    inflight: deque[tuple[int, Future[memoryview]]] = deque()
+    inflight: deque[Future[memoryview]] = deque()
 
     def consume() -> None:
-        start, future = inflight.popleft()
-        data = future.result()
-        writes.append(writer.submit(l2.write, tw, start, data))
-        # Hash in order on this thread while later parts download and earlier ones are written.
+        data = inflight.popleft().result()
+        # Hash in order on this thread while later parts download (hashlib releases the GIL).
         sha.update(data)
         digester.update(data)
-        while len(writes) > window or (writes and writes[0].done()):
-            writes.popleft().result()
 
     try:
         for start, end in parts:
             transfer.checkpoint()
-            inflight.append((start, pool.submit(fetch, start, end)))
-            while len(inflight) >= window or (inflight and inflight[0][1].done()):
+            inflight.append(pool.submit(fetch, start, end))
+            while len(inflight) >= window or (inflight and inflight[0].done()):
                 consume()
         while inflight:
             consume()
-        while writes:
-            writes.popleft().result()
     except BaseException:
-        _drain(deque(f for _, f in inflight))
-        writer.shutdown(wait=True, cancel_futures=True)
+        _drain(inflight)
         l2.abandon(tw)
         raise
-    writer.shutdown(wait=True)
     return l2.publish(tw, sha.hexdigest(), digester.finish())
 
 

@@ -101,7 +101,11 @@ class ExecutorDaemon:
         self._stop = threading.Event()
         self._state_due = threading.Event()
         self._queue: queue.Queue[tuple[TopicPartition, int, Order]] = queue.Queue()
-        self._done: dict[TopicPartition, int] = {}
+        # Commit bookkeeping: the next offset read per partition, and the offsets read but not yet applied.
+        # The committed offset never passes an unapplied order, whatever was read after it.
+        self._read_to: dict[TopicPartition, int] = {}
+        self._open: dict[TopicPartition, set[int]] = {}
+        self._committed: dict[TopicPartition, int] = {}
         self._done_lock = threading.Lock()
         self._demand_lane = ThreadPoolExecutor(2, thread_name_prefix="prewarm-demand")
         self._threads: list[threading.Thread] = []
@@ -185,15 +189,12 @@ class ExecutorDaemon:
             while not self._stop.is_set():
                 for tp, records in consumer.poll(timeout_ms=200).items():
                     for record in records:
-                        if record.key != key:
-                            self._mark_done(tp, record.offset)
-                            continue
-                        order = self._parse(record.value)
+                        order = self._parse(record.value) if record.key == key else None
+                        self._mark_read(tp, record.offset, pending=order is not None)
                         if order is None:
-                            self._mark_done(tp, record.offset)
-                        elif order.demand:
-                            self._mark_done(tp, record.offset)
-                            self._demand_lane.submit(self._apply, order)
+                            continue
+                        if order.demand:
+                            self._demand_lane.submit(self._apply_and_mark, tp, record.offset, order)
                         else:
                             self._queue.put((tp, record.offset, order))
                 self._commit(consumer)
@@ -213,16 +214,26 @@ class ExecutorDaemon:
             _ORDERS_SEEN.labels("unreadable").inc()
             return None
 
+    def _mark_read(self, tp: TopicPartition, offset: int, *, pending: bool) -> None:
+        with self._done_lock:
+            self._read_to[tp] = max(self._read_to.get(tp, 0), offset + 1)
+            if pending:
+                self._open.setdefault(tp, set()).add(offset)
+
     def _mark_done(self, tp: TopicPartition, offset: int) -> None:
         with self._done_lock:
-            self._done[tp] = max(self._done.get(tp, 0), offset + 1)
+            self._open.get(tp, set()).discard(offset)
 
     def _commit(self, consumer: KafkaConsumer) -> None:
         # Committed from the consumer's own thread (kafka-python clients are not thread-safe).
         with self._done_lock:
-            done, self._done = self._done, {}
-        if done:
-            consumer.commit({tp: OffsetAndMetadata(off, "", -1) for tp, off in done.items()})
+            safe = {
+                tp: min(self._open[tp]) if self._open.get(tp) else end for tp, end in self._read_to.items()
+            }
+            due = {tp: off for tp, off in safe.items() if self._committed.get(tp) != off}
+        if due:
+            consumer.commit({tp: OffsetAndMetadata(off, "", -1) for tp, off in due.items()})
+            self._committed.update(due)
 
     def _work(self) -> None:
         while not self._stop.is_set():
@@ -230,7 +241,16 @@ class ExecutorDaemon:
                 tp, offset, order = self._queue.get(timeout=0.2)
             except queue.Empty:
                 continue
+            self._apply_and_mark(tp, offset, order)
+
+    def _apply_and_mark(self, tp: TopicPartition, offset: int, order: Order) -> None:
+        try:
             self._apply(order)
+        except Exception:
+            # A bug in one order must not stop the node from taking the next ones (the executor turns
+            # every expected failure into a FAILED outcome; this is for the unexpected).
+            log.exception("applying an order raised", extra={"order": order.id, "model": order.model})
+        finally:
             self._mark_done(tp, offset)
 
     def _apply(self, order: Order) -> OrderOutcome:

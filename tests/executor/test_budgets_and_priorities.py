@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from executor import FileStore
 from executor._l1 import RangeAllocator
+from executor._l3 import OnPiece
 from executor._priority import LinkGate
 from executor._tier import Entry, choose_victims
 from models import Catalog
@@ -196,9 +197,11 @@ class _SlowStore:
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
-    def read_range_into(self, uri: str, start: int, dest: memoryview) -> None:
+    def read_range_into(
+        self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
+    ) -> None:
         time.sleep(self._delay)
-        self._inner.read_range_into(uri, start, dest)  # type: ignore[attr-defined]
+        self._inner.read_range_into(uri, start, dest, on_piece)  # type: ignore[attr-defined]
 
 
 def test_demand_load_finishes_before_a_prefetch_started_earlier(

@@ -10,6 +10,7 @@ import torch
 from executor_testkit import ExecutorFactory, make_model
 
 from executor import Executor, FileStore, LoadResult
+from executor._l3 import OnPiece
 from models import Catalog
 from prewarm import (
     CapacityError,
@@ -179,9 +180,11 @@ def test_concurrent_loads_of_one_model_download_once(
     reads: list[int] = []
 
     class Counting(FileStore):
-        def read_range_into(self, uri: str, start: int, dest: memoryview) -> None:
+        def read_range_into(
+            self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
+        ) -> None:
             reads.append(start)
-            super().read_range_into(uri, start, dest)
+            super().read_range_into(uri, start, dest, on_piece)
 
     executor._stores["file"] = Counting()
     results: list[LoadResult] = []

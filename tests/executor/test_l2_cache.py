@@ -12,6 +12,7 @@ from executor_testkit import CHUNK, ExecutorFactory, make_model
 from safetensors.torch import load_file
 
 from executor import FileStore
+from executor._l3 import OnPiece
 from models import Catalog, ModelSpec
 from prewarm import IntegrityError, ObjectStoreError, StorageError, Tier
 
@@ -110,11 +111,13 @@ class _DyingStore(FileStore):
     def __init__(self, budget: int) -> None:
         self.budget = budget
 
-    def read_range_into(self, uri: str, start: int, dest: memoryview) -> None:
+    def read_range_into(
+        self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
+    ) -> None:
         self.budget -= 1
         if self.budget < 0:
             raise ObjectStoreError("store went away", transient=True)
-        super().read_range_into(uri, start, dest)
+        super().read_range_into(uri, start, dest, on_piece)
 
 
 def test_failed_download_leaves_nothing_visible_and_budgets_whole(
