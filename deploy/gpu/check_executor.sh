@@ -10,7 +10,7 @@
 # if a tensor differs or a ratio misses its target.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-WHEELS=deploy/gpu/wheels
+WHEELS=${WHEELS:-deploy/gpu/wheels}  # not committed; name it in the device run's `carry`
 NEEDED=(pydantic pydantic-settings tenacity xxhash filelock pyyaml prometheus-client)
 
 if [[ ${1:-} == --fetch-wheels ]]; then
