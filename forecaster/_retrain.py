@@ -25,7 +25,7 @@ from prewarm._exceptions import ForecastError
 from prewarm._logging import get_logger
 from prewarm._settings import Settings
 
-__all__ = ["RetrainResult", "retrain", "selection_config", "tracking_uri_of"]
+__all__ = ["RetrainResult", "retrain", "retrain_trigger", "selection_config", "tracking_uri_of"]
 
 log = get_logger(__name__)
 
@@ -42,6 +42,7 @@ class RetrainResult:
     report: BacktestReport | None
     decision: RegisterDecision | None
     seconds: float
+    timings: dict[str, float]
 
     @property
     def run_id(self) -> str | None:
@@ -64,6 +65,19 @@ def tracking_uri_of(settings: Settings) -> str:
     if uri:
         return uri
     return (Path(settings.core.data_dir).resolve() / "mlruns").as_uri()
+
+
+def retrain_trigger(settings: Settings) -> Any:
+    """The APScheduler cron trigger for the daily retrain (``retrain_cron``, UTC); ``ConfigError`` if the
+    expression is not a valid crontab line. The scheduler's runtime adds the job; this only parses."""
+    from apscheduler.triggers.cron import CronTrigger
+
+    from prewarm._exceptions import ConfigError
+
+    try:
+        return CronTrigger.from_crontab(settings.forecast.retrain_cron, timezone="UTC")
+    except ValueError as exc:
+        raise ConfigError(f"invalid retrain_cron: {exc}", setting="PREWARM_RETRAIN_CRON") from exc
 
 
 def retrain(
@@ -96,6 +110,8 @@ def retrain(
         raise ForecastError("no models with demand history to train on")
     config = config or selection_config(settings)
     report: BacktestReport | None = None
+    timings: dict[str, float] = {"read_seconds": round(time.perf_counter() - began, 3)}
+    mark = time.perf_counter()
     holdout = int(f.holdout_days * 86400)
     if history.minutes * 60 > holdout + 2 * 86400:
         report = backtest(
@@ -103,7 +119,11 @@ def retrain(
         )
     else:
         log.warning("history too short for a holdout backtest; the run is logged without a score")
+    timings["backtest_seconds"] = round(time.perf_counter() - mark, 3)
+    mark = time.perf_counter()
     bundle = fit_bundle(history, config, bucket_s=f.bucket_s, horizon_s=f.horizon_s)
+    timings["fit_seconds"] = round(time.perf_counter() - mark, 3)
+    mark = time.perf_counter()
     if report is not None:
         bundle.summary = {k: v for k, v in report.aggregate.items() if k != "by_pattern"}
     decision = None
@@ -134,6 +154,7 @@ def retrain(
                 now=now,
                 plots=plots,
             )
+    timings["tracking_seconds"] = round(time.perf_counter() - mark, 3)
     seconds = time.perf_counter() - began
     log.info(
         "forecaster retrained",
@@ -144,4 +165,4 @@ def retrain(
             "promoted": None if decision is None else decision.promoted,
         },
     )
-    return RetrainResult(bundle, report, decision, seconds)
+    return RetrainResult(bundle, report, decision, seconds, timings)

@@ -74,6 +74,7 @@ def train(
         "models": len(result.bundle.models),
         "trained_until": _iso(result.bundle.trained_until),
         "seconds": round(result.seconds, 2),
+        "timings": result.timings,
         "families_chosen": _family_counts(result.bundle),
         "aggregate": None if result.report is None else _without(result.report.aggregate, "by_pattern"),
         "decision": None if result.decision is None else vars(result.decision),
@@ -180,7 +181,7 @@ def backtest_cmd(
     """Backtest straight from a trace file (no store): train before --train-until, score after it."""
     from forecaster import History, backtest
     from forecaster._retrain import selection_config
-    from ingest._traces import read_trace
+    from ingest._traces import azure2019_minute_counts, read_trace
 
     if fmt not in ("requests", "azure2019"):
         raise typer.BadParameter("expected requests or azure2019", param_hint="--format")
@@ -188,10 +189,15 @@ def backtest_cmd(
     settings = settings_of(ctx)
     lead = settings.forecast.lead_minutes if lead_minutes is None else lead_minutes
     window = settings.forecast.window_minutes if window_minutes is None else window_minutes
-    events = read_trace(trace, trace_fmt, start=_epoch(start, "--start") if start else None)
-    if events.empty:
-        raise InvalidInput(f"{trace}: no events", reason="empty")
-    history = History.from_events(events)
+    origin = _epoch(start, "--start") if start else None
+    if trace_fmt == "azure2019":
+        # The file is per-minute counts of a whole day: use them as they are, trailing zeros included.
+        history = History.from_frame(azure2019_minute_counts(trace, start=origin))
+    else:
+        events = read_trace(trace, trace_fmt)
+        if events.empty:
+            raise InvalidInput(f"{trace}: no events", reason="empty")
+        history = History.from_events(events)
     config = selection_config(settings)
     config = type(config)(**{**vars(config), "lead": lead, "window": window})
     report = backtest(history, _epoch(train_until, "--train-until"), lead=lead, window=window, config=config)
@@ -258,6 +264,7 @@ def bench_forecast(
             t0 = time.perf_counter()
             done = retrain(settings, history, float(history.end), tracking_uri=uri)
             speed["retrain_seconds"] = round(time.perf_counter() - t0, 2)
+            speed["retrain_breakdown"] = done.timings
             t0 = time.perf_counter()
             bundle = load_forecaster(f"models:/{f.registered_model}@champion", tracking_uri=uri)
             speed["load_champion_seconds"] = round(time.perf_counter() - t0, 3)
