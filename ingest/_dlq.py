@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kafka import KafkaProducer
+
 from prewarm._settings import KafkaSettings
 
 from ._kafka import broker_errors, make_producer
@@ -72,8 +74,17 @@ class DeadLetterWriter:
 
     def __init__(self, kafka: KafkaSettings, topic: str | None = None) -> None:
         self.topic = topic or kafka.topic_dlq
-        self._producer = make_producer(kafka, acks="all", linger_ms=5, max_block_ms=30_000, retries=5)
+        self._kafka = kafka
+        # Connected on the first dead letter: a healthy stream never pays for the producer's thread.
+        self._producer: KafkaProducer | None = None
         self._futures: list[Any] = []
+
+    def _connected(self) -> KafkaProducer:
+        if self._producer is None:
+            self._producer = make_producer(
+                self._kafka, acks="all", enable_idempotence=True, linger_ms=5, max_block_ms=30_000
+            )
+        return self._producer
 
     def send(self, record: Any, reason: str, detail: str) -> None:
         headers: Sequence[tuple[str, bytes]] = [
@@ -85,7 +96,7 @@ class DeadLetterWriter:
         ]
         with broker_errors(f"dead-letter to {self.topic}"):
             self._futures.append(
-                self._producer.send(
+                self._connected().send(
                     self.topic, value=record.value or b"", key=record.key, headers=list(headers)
                 )
             )
@@ -100,7 +111,7 @@ class DeadLetterWriter:
             return
         futures, self._futures = self._futures, []
         with broker_errors(f"flush dead letters to {self.topic}"):
-            self._producer.flush(timeout=timeout_s)
+            self._connected().flush(timeout=timeout_s)
             for future in futures:
                 future.get(timeout=timeout_s)
 
@@ -109,5 +120,7 @@ class DeadLetterWriter:
         self._futures = []
 
     def close(self) -> None:
-        with broker_errors("close dead-letter producer"):
-            self._producer.close(timeout=5)
+        if self._producer is not None:
+            with broker_errors("close dead-letter producer"):
+                self._producer.close(timeout=5)
+            self._producer = None

@@ -192,6 +192,7 @@ def bench_ingest(
     partitions: int = typer.Option(1, min=1, max=64, help="Partitions of the fresh topic."),
     models: int = typer.Option(50, min=1, help="Distinct model ids in the events."),
     compression: str = typer.Option("none", help="Producer compression: none or gzip."),
+    rounds: int = typer.Option(3, min=1, max=20, help="Interleaved (bare, ingest) pass pairs; best of each."),
     use_settings_store: bool = typer.Option(
         False, "--settings-store", help="Use the configured database (default: a fresh SQLite file)."
     ),
@@ -208,6 +209,7 @@ def bench_ingest(
         partitions=partitions,
         models=models,
         compression=compression,
+        rounds=rounds,
         database_url=settings.database_url if use_settings_store else None,
     )
     result = run_ingest_bench(settings.kafka, settings.ingest, config)
