@@ -261,6 +261,8 @@ class Executor:
                 finally:
                     self.l1.cache.unpin(key)
                 return result(Tier.L1)
+        if tier is Tier.L1 and self._l0_to_l1(spec, hops, demand):
+            return result(Tier.L0)  # a demotion: copied down from the device, no disk read
         obj = self.l2.lookup(spec.sha256) or self.l2.refresh(spec.sha256)
         if tier is Tier.L2:
             if obj is not None:
@@ -442,6 +444,27 @@ class Executor:
         except BaseException:
             self.l0.cache.abort(key)
             raise
+
+    def _l0_to_l1(self, spec: ModelSpec, hops: _Hops, demand: bool) -> bool:
+        """Copy a model down from L0 into L1 when only L0 holds it; False when L0 does not."""
+        key = spec.key
+        device_model = self.l0.cache.pin(key)
+        if device_model is None:
+            return False
+        try:
+            block = self.l1.reserve(key, device_model.buffer.numel(), prefetched=not demand)
+            try:
+                with hops.hop("L0->L1"):
+                    size = device_model.buffer.numel()
+                    block.buffer[:size].copy_(device_model.buffer)  # synchronous: the block is ready after
+                block.layout = device_model.layout
+                self.l1.cache.commit(key, block)
+            except BaseException:
+                self.l1.cache.abort(key)
+                raise
+        finally:
+            self.l0.cache.unpin(key)
+        return True
 
     def _commit_l0(self, key: ModelKey, model: DeviceModel, layout: Layout) -> None:
         model.layout = layout

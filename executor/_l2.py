@@ -133,7 +133,11 @@ class L2Reader:
 
     def __init__(self, obj: L2Object, *, direct: bool) -> None:
         self.obj = obj
-        self._fd = os.open(obj.path, os.O_RDONLY)
+        try:
+            self._fd = os.open(obj.path, os.O_RDONLY)
+        except OSError as exc:
+            # Another process sharing the cache evicted it: as good as corrupt, fetch it again.
+            raise IntegrityError(f"L2 object {obj.sha256[:12]} is gone: {exc.strerror}") from exc
         self._direct_fd: int | None = None
         if direct and hasattr(os, "O_DIRECT"):
             try:

@@ -30,6 +30,7 @@ from executor._l2 import ALIGN, ChunkDigester, L2Cache, L2Object, L2Reader, Temp
 from executor._l3 import ObjectStore
 from executor._priority import Transfer
 from executor._safetensors import Layout, header_length, parse_header
+from prewarm import IntegrityError
 
 __all__ = [
     "DeviceCopier",
@@ -61,9 +62,13 @@ def probe_l3(store: ObjectStore, uri: str) -> Layout:
 
 
 def read_header_l2(obj: L2Object) -> Layout:
-    with open(obj.path, "rb") as f:
-        n = header_length(f.read(8), obj.size)
-        return parse_header(f.read(n), obj.size)
+    try:
+        with open(obj.path, "rb") as f:
+            n = header_length(f.read(8), obj.size)
+            return parse_header(f.read(n), obj.size)
+    except OSError as exc:
+        # Evicted by another process sharing the cache: the caller fetches it again.
+        raise IntegrityError(f"L2 object {obj.sha256[:12]} is gone: {exc.strerror}") from exc
 
 
 def _drain(futures: deque[Future[Any]]) -> None:
