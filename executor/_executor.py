@@ -249,6 +249,9 @@ class Executor:
                 spec.id, spec.version, spec.sha256 or "", tier, served_from, spec.size_bytes, hops.seconds
             )
 
+        # An entry evicted while in use is still resident: wanted again, it stays (same key, same bytes).
+        self.l0.cache.revive(key)
+        self.l1.cache.revive(key)
         if tier is Tier.L0 and self.l0.cache.lookup(key, use=demand) is not None:
             return result(Tier.L0)
         if tier.level <= 1:

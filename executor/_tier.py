@@ -137,7 +137,9 @@ class TierCache(Generic[K, V]):
         try:
             with self._lock:
                 if key in self._entries:
-                    raise RuntimeError(f"{self.tier}: {key!r} is already reserved")
+                    # Only reachable for an entry that is evicted but still pinned by a reader (the
+                    # executor coalesces loads of one key): try again once it is released.
+                    raise CapacityError(f"{self.tier}: {key!r} is still held by a reader; retry")
                 victims = choose_victims(self._entries.values(), nbytes, self.capacity - self._used)
                 if victims is None:
                     raise CapacityError(
@@ -195,6 +197,15 @@ class TierCache(Generic[K, V]):
                 return None
             entry.pins += 1
             return entry.value
+
+    def revive(self, key: K) -> bool:
+        """Cancel a deferred eviction: the entry is wanted again while still pinned (same key, same bytes)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not entry.ready or entry.doomed is None:
+                return False
+            entry.doomed = None
+            return True
 
     def unpin(self, key: K) -> None:
         dropped = None

@@ -372,3 +372,16 @@ ex.close()
     shared = tmp_path / "shared"
     assert len([p for p in (shared / "objects").rglob("*") if p.is_file()]) == 1
     assert list((shared / "tmp").iterdir()) == []
+
+
+def test_model_evicted_while_in_use_stays_if_wanted_again(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    with executor.acquire("m0") as tensors:
+        assert executor.evict("m0", Tier.L0) == [Tier.L0]  # deferred: a request holds it
+        assert executor.ensure("m0", Tier.L0, demand=True).served_from is Tier.L0
+        assert tensors["lm_head.weight"].numel() > 0
+    assert [r.model for r in executor.state().tiers[0].resident] == ["m0"]
+    executor.evict("m0", Tier.L0)
+    assert executor.state().tiers[0].resident == []
