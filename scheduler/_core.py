@@ -59,11 +59,13 @@ class SchedulerCore:
         dispatch: Callable[[Sequence[Order]], None],
         clock: Callable[[], float] = time.time,
         max_hints: int = 10_000,
+        on_hint: Callable[[Hint], None] | None = None,
     ) -> None:
         self.catalog = catalog
         self.cluster = cluster
         self.config = config
         self._dispatch = dispatch
+        self._on_hint = on_hint
         self._clock = clock
         self._max_hints = max_hints
         self._lock = threading.RLock()
@@ -92,7 +94,25 @@ class SchedulerCore:
                 self._hints.pop(0)  # the oldest goes first: a flood cannot grow memory without bound
             self._hints.append(stamped)
             orders = self._replan_locked(now)
+        if self._on_hint is not None:
+            self._on_hint(stamped)  # after planning: persisting it must not delay its orders
         return stamped, [o for o in orders if o.model == hint.model]
+
+    def restore(self, hints: Sequence[Hint] = (), orders: Sequence[Order] = ()) -> None:
+        """Take back what a previous process had: hints still active, and orders handed out but not due.
+
+        Nothing is dispatched: the orders are already waiting in the job store. They book their bytes in
+        the next round, so a restart neither double-books a node nor sends the same order twice.
+        """
+        now = self._clock()
+        with self._lock:
+            known = {(h.model, h.source, h.received_at) for h in self._hints}
+            for hint in hints:
+                fresh = (hint.model, hint.source, hint.received_at) not in known
+                if fresh and _expires(hint) > now and hint.model in self.catalog:
+                    self._hints.append(hint)
+            for order in orders:
+                self._known.setdefault(order.id, _Known(order, settled=False))
 
     def set_signals(
         self, *, forecasts: Mapping[str, ModelForecast] | None = None, demand: Sequence[Hint] | None = None

@@ -13,6 +13,7 @@ refreshed by the interval job only.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import math
 import threading
@@ -26,10 +27,12 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
+from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
 from forecaster import ModelForecast
 from models import Catalog
-from prewarm import BrokerError, ConfigError, Order, PrewarmError, Settings, get_logger
+from prewarm import BrokerError, ConfigError, Hint, Order, PrewarmError, Settings, get_logger
 from prewarm._metrics import counter
 from scheduler._cluster import Cluster
 from scheduler._core import SchedulerCore
@@ -68,6 +71,10 @@ def publish_order_job(order_json: str) -> None:
     _current().publish_due(Order.model_validate_json(order_json))
 
 
+def forget_hint_job(hint_json: str) -> None:
+    """Job: nothing to do. The job only carries an active hint in the store until the hint expires."""
+
+
 def plan_job() -> None:
     """Job: refresh forecasts and demand, then plan."""
     _current().tick()
@@ -103,8 +110,11 @@ class Runtime:
         forecasts: ForecastProvider | None = None,
         retrain: Callable[[Settings, Any, float], Any] | None = None,
         clock: Callable[[], float] = time.time,
+        jobstore_url: str | None = None,
     ) -> None:
+        """``jobstore_url`` defaults to ``settings.database_url``; a benchmark passes a scratch one."""
         self.settings = settings
+        self._jobstore_url = jobstore_url or settings.database_url
         self._clock = clock
         self._forecasts = forecasts
         self._retrain = retrain
@@ -114,6 +124,7 @@ class Runtime:
             config=config or PlannerConfig.from_settings(settings.scheduler),
             dispatch=self._dispatch,
             clock=clock,
+            on_hint=self._remember_hint,
         )
         self._publisher: OrderPublisher | None = None
         self._follower: StateFollower | None = None
@@ -135,18 +146,17 @@ class Runtime:
         self._follower = StateFollower(kafka, self.core.observe).start()
         # Plan with what the nodes last said, if they said anything: a restart does not start blind.
         self._follower.wait_caught_up(timeout=5.0)
-        _prepare_sqlite(self.settings.database_url)
+        _prepare_sqlite(self._jobstore_url)
         self._scheduler = BackgroundScheduler(
-            jobstores={
-                "default": SQLAlchemyJobStore(url=self.settings.database_url, tablename=_JOBSTORE_TABLE)
-            },
+            jobstores={"default": SQLAlchemyJobStore(url=self._jobstore_url, tablename=_JOBSTORE_TABLE)},
             executors={"default": ThreadPoolExecutor(4)},
             # Missed while down: run once, however late; the order's own deadline decides if it still counts.
             job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
             timezone=UTC,
         )
         _CURRENT = self
-        self._scheduler.start()
+        self._scheduler.start()  # orders that fell due while no scheduler ran are published now
+        self._restore()
         self._scheduler.add_job(
             plan_job,
             "interval",
@@ -190,6 +200,44 @@ class Runtime:
         if self._follower is not None and self._follower.error is not None:
             return False, f"executor state: {self._follower.error}"
         return True, "ok"
+
+    # ------------------------------------------------------------------ what survives a restart
+
+    def _remember_hint(self, hint: Hint) -> None:
+        if self._scheduler is None or not self._scheduler.running:
+            return
+        text = hint.model_dump_json()
+        try:
+            self._scheduler.add_job(
+                forget_hint_job,
+                "date",
+                run_date=datetime.fromtimestamp((hint.received_at or 0.0) + hint.eta_s + hint.ttl_s, UTC),
+                args=[text],
+                id=f"hint:{hashlib.sha256(text.encode()).hexdigest()[:32]}",
+                replace_existing=True,
+            )
+        except SQLAlchemyError as exc:
+            # The hint is planned already; only its survival of a restart is lost.
+            log.warning("could not persist a hint", extra={"model": hint.model, "error": str(exc)[:200]})
+
+    def _restore(self) -> None:
+        assert self._scheduler is not None
+        hints: list[Hint] = []
+        orders: list[Order] = []
+        for job in self._scheduler.get_jobs():
+            try:
+                if job.id.startswith("hint:"):
+                    hints.append(Hint.model_validate_json(job.args[0]))
+                elif job.id.startswith("order:"):
+                    orders.append(Order.model_validate_json(job.args[0]))
+            except (ValidationError, IndexError) as exc:
+                log.warning(
+                    "skipping a stored job that does not parse",
+                    extra={"job": job.id, "error": str(exc)[:200]},
+                )
+        self.core.restore(hints, orders)
+        if hints or orders:
+            log.info("restored from the job store", extra={"hints": len(hints), "orders": len(orders)})
 
     # ------------------------------------------------------------------ orders
 

@@ -161,3 +161,17 @@ def test_hint_benchmark_reports_percentiles(kafka_bootstrap: str, unique: str, t
     result = bench_hints(settings, hints=20)
     assert result["hints"] == 20
     assert 0 < result["p50_ms"] <= result["p99_ms"]
+
+
+def test_restart_keeps_active_hints_and_does_not_hand_out_waiting_orders_twice(
+    kafka_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    settings = settings_for(kafka_bootstrap, unique, tmp_path)
+    cat = catalog(spec("chat", GB))
+    with Runtime(settings, cat, one_node(), config=INSTANT) as first:
+        _, [order] = first.core.add_hint(Hint(model="chat", source="web", eta_s=60.0))
+    with Runtime(settings, cat, one_node(), config=INSTANT) as second:
+        assert [h.model for h in second.core.hints()] == ["chat"]
+        assert [o["id"] for o in second.core.plan_view()["upcoming"]] == [order.id]
+        assert second.core.replan() == []  # the waiting order books its bytes; nothing new goes out
+        assert [job for job, _ in second.scheduled_orders()] == [f"order:{order.id}"]
