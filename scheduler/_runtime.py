@@ -4,7 +4,10 @@ The job store is SQLAlchemy on ``Settings.database_url``, so a timed order outli
 order due while the scheduler was down is published as soon as it starts again (and an executor still
 skips it if its deadline passed). Job functions are module-level and take only strings, because the job
 store pickles a reference to the function and its arguments; they reach the live runtime through
-``_CURRENT``, the one runtime running in this process.
+``_CURRENT``, the one runtime running in this process. Active hints are kept in the same store, as
+do-nothing date jobs that fall due when the hint expires; on start the runtime takes back those hints
+and the orders still waiting, so it neither forgets a hint nor books a node's bytes twice. One
+scheduler per job store: APScheduler 3 does not coordinate two processes over one table.
 
 Orders due now are published on the caller's thread (a hint's orders are on Kafka before its HTTP
 response returns); later ones become date jobs. Inputs that cost I/O (forecasts, recent demand) are
