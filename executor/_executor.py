@@ -34,7 +34,7 @@ from executor import _metrics
 from executor._l0 import DeviceModel, L0Cache, l0_capacity, resolve_device
 from executor._l1 import HostBlock, L1Cache, ModelKey
 from executor._l2 import L2Cache, L2Object, L2Reader
-from executor._l3 import ObjectStore, open_store
+from executor._l3 import MemoryStore, ObjectStore, open_store
 from executor._pipeline import (
     DeviceCopier,
     StagingRing,
@@ -270,6 +270,8 @@ class Executor:
         if tier is Tier.L2:
             if obj is not None:
                 return result(Tier.L2)
+            if self._l1_to_l2(spec, hops):
+                return result(Tier.L1)  # a demotion: written from host memory, no download
             served = self._from_l3(spec, tier, hops, demand)
             return result(served)
         if obj is not None:
@@ -447,6 +449,34 @@ class Executor:
         except BaseException:
             self.l0.cache.abort(key)
             raise
+
+    def _l1_to_l2(self, spec: ModelSpec, hops: _Hops) -> bool:
+        """Write a model L1 holds to L2 (verified like a download); False when L1 does not hold it."""
+        assert spec.sha256 is not None
+        block = self.l1.cache.pin(spec.key)
+        if block is None:
+            return False
+        try:
+            store = MemoryStore(host_view(block.buffer)[0], spec.size_bytes)
+            with self.l2.download_lock(spec.sha256):
+                if self.l2.refresh(spec.sha256) is not None:
+                    return True
+                tw = self.l2.begin(spec.sha256, spec.size_bytes, model=spec.id, version=spec.version)
+                with hops.hop("L1->L2"), self._gates["L3->L2"].transfer(lambda: False) as transfer:
+                    fetch_l3(
+                        store,
+                        spec.uri,
+                        self.l2,
+                        tw,
+                        dest=None,
+                        pool=self._net_pool,
+                        part_bytes=self.settings.chunk_bytes,
+                        window=2 * self.settings.read_threads,
+                        transfer=transfer,
+                    )
+        finally:
+            self.l1.cache.unpin(spec.key)
+        return True
 
     def _l0_to_l1(self, spec: ModelSpec, hops: _Hops, demand: bool) -> bool:
         """Copy a model down from L0 into L1 when only L0 holds it; False when L0 does not."""

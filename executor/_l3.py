@@ -127,6 +127,30 @@ class FileStore(ObjectStore):
         return data
 
 
+class MemoryStore(ObjectStore):
+    """One object already in memory (an L1 block), so a demotion to L2 reuses the verified L3 → L2
+    write path (temp file, digests, sha256 check, rename) without touching the network."""
+
+    scheme = "memory"
+
+    def __init__(self, buffer: memoryview, size: int) -> None:
+        self._buffer = buffer[:size]
+
+    def size(self, uri: str) -> int:
+        return len(self._buffer)
+
+    def read_range(self, uri: str, start: int, end: int) -> bytes:
+        return bytes(self._buffer[start:end])
+
+    def read_range_into(
+        self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
+    ) -> None:
+        dest[:] = self._buffer[start : start + len(dest)]
+        if on_piece is not None:
+            for a in range(0, len(dest), PIECE):
+                on_piece(a, min(a + PIECE, len(dest)))
+
+
 def _split_s3(uri: str) -> tuple[str, str]:
     parsed = urlparse(uri)
     if parsed.scheme != "s3" or not parsed.netloc or not parsed.path.strip("/"):

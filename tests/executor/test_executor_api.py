@@ -385,3 +385,24 @@ def test_model_evicted_while_in_use_stays_if_wanted_again(
     assert [r.model for r in executor.state().tiers[0].resident] == ["m0"]
     executor.evict("m0", Tier.L0)
     assert executor.state().tiers[0].resident == []
+
+
+def test_demotion_to_l2_writes_from_l1_without_downloading(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    executor.ensure("m1", Tier.L1)
+    executor._evict_one("m1", Tier.L2)
+    reads: list[int] = []
+
+    class Counting(FileStore):
+        def read_range_into(self, uri: str, start: int, dest: memoryview, on_piece: object = None) -> None:
+            reads.append(start)
+
+    executor._stores["file"] = Counting()
+
+    result = executor.ensure("m1", Tier.L2)
+
+    assert result.served_from is Tier.L1
+    assert reads == []
+    assert executor.verify()[0].ok  # the sha256 of what was written matches the catalog
