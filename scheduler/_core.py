@@ -124,8 +124,13 @@ class SchedulerCore:
             if demand is not None:
                 self._demand = list(demand)
 
+    def update_catalog(self, catalog: Catalog) -> None:
+        """Plan with a new catalog from the next round on (new versions, new or retired models)."""
+        with self._lock:
+            self.catalog = catalog
+
     def observe(self, report: ExecutorState) -> None:
-        """Keep the newest report of each node; settle the orders it shows done."""
+        """Keep the newest report of each node (the next round settles the orders it shows done)."""
         with self._lock:
             current = self._reports.get(report.node)
             if current is not None and current.at > report.at:

@@ -114,8 +114,12 @@ class Runtime:
         retrain: Callable[[Settings, Any, float], Any] | None = None,
         clock: Callable[[], float] = time.time,
         jobstore_url: str | None = None,
+        catalog_path: Path | None = None,
     ) -> None:
-        """``jobstore_url`` defaults to ``settings.database_url``; a benchmark passes a scratch one."""
+        """``jobstore_url`` defaults to ``settings.database_url``; a benchmark passes a scratch one.
+        With ``catalog_path`` the catalog is re-read at each planning tick after the file changed."""
+        self._catalog_path = catalog_path
+        self._catalog_mtime = catalog_path.stat().st_mtime if catalog_path else None
         self.settings = settings
         self._jobstore_url = jobstore_url or settings.database_url
         self._clock = clock
@@ -293,6 +297,7 @@ class Runtime:
 
     def tick(self) -> None:
         now = self._clock()
+        self._reload_catalog()
         try:
             forecasts, demand = self._signals(now)
         except PrewarmError as exc:
@@ -301,6 +306,18 @@ class Runtime:
         else:
             self.core.set_signals(forecasts=forecasts, demand=demand)
         self.core.replan()
+
+    def _reload_catalog(self) -> None:
+        if self._catalog_path is None:
+            return
+        try:
+            mtime = self._catalog_path.stat().st_mtime
+            if mtime != self._catalog_mtime:
+                self.core.update_catalog(Catalog.load(self._catalog_path))
+                self._catalog_mtime = mtime
+                log.info("catalog reloaded", extra={"path": str(self._catalog_path)})
+        except (OSError, ConfigError) as exc:
+            log.warning("catalog reload failed; planning with the current one", extra={"error": str(exc)})
 
     def _demand_store(self) -> Any:
         if self._store is None:

@@ -35,7 +35,9 @@ def run(
     if path is None:
         raise ConfigError("no catalog: pass --catalog or set PREWARM_CATALOG", setting="PREWARM_CATALOG")
     cluster_file = cluster or settings.scheduler.cluster
-    runtime = Runtime(settings, Catalog.load(path), Cluster.load(cluster_file) if cluster_file else None)
+    runtime = Runtime(
+        settings, Catalog.load(path), Cluster.load(cluster_file) if cluster_file else None, catalog_path=path
+    )
     runtime.start()
     try:
         app_ = create_app(runtime.core, settings.scheduler, ready=runtime.ready)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,3 +176,17 @@ def test_restart_keeps_active_hints_and_does_not_hand_out_waiting_orders_twice(
         assert [o["id"] for o in second.core.plan_view()["upcoming"]] == [order.id]
         assert second.core.replan() == []  # the waiting order books its bytes; nothing new goes out
         assert [job for job, _ in second.scheduled_orders()] == [f"order:{order.id}"]
+
+
+def test_a_changed_catalog_file_is_planned_with_at_the_next_tick(
+    kafka_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "catalog.yaml"
+    catalog(spec("chat", GB)).save(path)
+    settings = settings_for(kafka_bootstrap, unique, tmp_path)
+    rt = Runtime(settings, catalog(spec("chat", GB)), one_node(), config=INSTANT, catalog_path=path)
+    with rt:
+        catalog(spec("chat", GB), spec("search", GB)).save(path)
+        os.utime(path, (time.time() + 5, time.time() + 5))  # a new mtime even within the same tick
+        rt.tick()
+        assert "search" in rt.core.catalog
