@@ -56,6 +56,7 @@ from prewarm import (
     ExecutorState,
     IntegrityError,
     InvalidInput,
+    InvalidWeights,
     Order,
     OrderAction,
     OrderOutcome,
@@ -363,7 +364,11 @@ class Executor:
         target is L0, the chunks go through a small pinned staging ring instead and L1 is skipped.
         """
         key = spec.key
-        layout = read_header_l2(obj)  # validated before anything is allocated
+        try:
+            layout = read_header_l2(obj)  # validated before anything is allocated
+        except InvalidWeights as exc:
+            # It was a valid file when its sha256 was checked on entry: the disk copy rotted.
+            raise IntegrityError(f"L2 object {obj.sha256[:12]} has a broken header now: {exc}") from exc
         if self.l2.pin(obj.sha256) is None:
             raise IntegrityError(f"{spec.id}: L2 object vanished before it could be read")
         device_model: DeviceModel | None = None

@@ -46,6 +46,17 @@ def test_flipped_byte_in_l2_is_refetched_from_l3(catalog: Catalog, make_executor
     assert executor.verify()[0].ok
 
 
+def test_flipped_byte_in_an_l2_header_is_refetched_too(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    executor.ensure("m1", Tier.L2)
+    _flip_byte(_l2_path(executor, catalog["m1"]), 20)  # inside the JSON header
+
+    assert executor.ensure("m1", Tier.L1).served_from is Tier.L3
+    assert executor.verify()[0].ok
+
+
 def test_verify_rehashes_everything_and_evicts_corrupt_objects(
     catalog: Catalog, make_executor: ExecutorFactory
 ) -> None:
