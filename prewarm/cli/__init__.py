@@ -9,8 +9,17 @@ import typer
 
 from prewarm._logging import configure_logging
 from prewarm._settings import load_settings, parse_overrides
-from prewarm.cli import _demo, _executor, _forecast, _ingest, _models, _produce, _scheduler, _sim
-from prewarm.cli import _executor_run  # noqa: F401  (registers `prewarm executor run`)
+from prewarm.cli import (
+    _demo,
+    _executor,
+    _executor_run,  # noqa: F401  (registers `prewarm executor run`)
+    _forecast,
+    _ingest,
+    _models,
+    _produce,
+    _scheduler,
+    _sim,
+)
 from prewarm.cli._common import app_group, bench_app
 
 __all__ = ["app", "main"]
