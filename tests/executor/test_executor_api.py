@@ -338,6 +338,7 @@ def test_metrics_count_hops_hits_and_evictions(catalog: Catalog, make_executor: 
         assert needle in text
 
 
+@pytest.mark.slow
 def test_two_processes_sharing_a_cache_download_once(catalog: Catalog, tmp_path: Path) -> None:
     import subprocess
     import sys
