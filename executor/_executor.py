@@ -4,6 +4,10 @@ It owns the three local tiers and moves a model towards the GPU along the cheape
 
     L0 hit ─ L1 → L0 ─ L2 → L1 → L0 (overlapped) ─ L3 → L1 + L2 (one pass) → L0
 
+A model that L1 cannot hold goes L2 → L0 through a small pinned staging ring. Demotions copy down
+instead of re-reading: L0 → L1 from device memory, L1 → L2 through the same verified write path as a
+download.
+
 Concurrency: every method is thread-safe. Loads of one model are coalesced (a per-model lock: the second
 caller finds the first caller's copy); loads of different models run in parallel, bounded by the tier
 budgets, which are reserved before any byte moves. A caller with ``demand=True`` pre-empts prefetch

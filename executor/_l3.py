@@ -6,6 +6,7 @@ issues ``s3_concurrency`` ranged GETs of ``s3_part_bytes`` at a time. Retries wi
 range, here, on errors classified transient; everything botocore raises is translated at this boundary
 into ``ObjectStoreError`` naming the endpoint, so callers (and the CLI) print one line, never a trace.
 boto3 is imported only when an ``s3://`` store is opened: a GPU node in embedded mode does not need it.
+``MemoryStore`` serves one object from host memory, so a demotion to L2 reuses the download path.
 """
 
 from __future__ import annotations
