@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -12,6 +13,7 @@ from executor_testkit import CHUNK, ExecutorFactory, make_model
 from safetensors.torch import load_file
 
 from executor import FileStore
+from executor._l2 import L2Reader
 from executor._l3 import OnPiece
 from models import Catalog, ModelSpec
 from prewarm import IntegrityError, ObjectStoreError, StorageError, Tier
@@ -170,3 +172,44 @@ def test_l2_budget_evicts_least_recently_used(catalog: Catalog, make_executor: E
     resident = {r.model for r in executor.state().tiers[2].resident}
     assert resident == {"m0", "m2"}
     assert executor.state().tiers[2].used_bytes <= 2 * size + 10
+
+
+@pytest.mark.parametrize("how", ["refused", "disabled"])
+def test_reads_fall_back_to_buffered_where_o_direct_is_refused(
+    catalog: Catalog, make_executor: ExecutorFactory, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    executor = make_executor(catalog, l2_direct_io=how == "refused")
+    executor.ensure("m0", Tier.L2)
+    if how == "refused":
+        # What tmpfs on older kernels and some overlay filesystems answer to O_DIRECT.
+        real_open = os.open
+
+        def no_direct(path: object, flags: int, *args: object) -> int:
+            if flags & os.O_DIRECT:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "open", no_direct)
+    obj = executor.l2.lookup(catalog["m0"].sha256 or "")
+    assert obj is not None
+    with L2Reader(obj, direct=how == "refused") as reader:
+        assert not reader.direct
+
+    assert executor.ensure("m0", Tier.L0).served_from is Tier.L2
+    with executor.acquire("m0") as tensors:
+        expected = load_file(str(FileStore.path(catalog["m0"].uri)))
+        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
+
+
+def test_unaligned_destination_is_read_buffered_and_still_checked(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    executor.ensure("m0", Tier.L2)
+    obj = executor.l2.lookup(catalog["m0"].sha256 or "")
+    assert obj is not None
+    buffer = bytearray(obj.chunk_bytes + 4096 + 1)
+    view = memoryview(buffer)[1:]  # one byte off any alignment
+    with L2Reader(obj, direct=True) as reader:
+        n = reader.read_chunk(0, view, 1)
+    assert bytes(view[:n]) == FileStore.path(catalog["m0"].uri).read_bytes()[:n]
