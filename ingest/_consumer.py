@@ -22,7 +22,7 @@ import gc
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ from ._metrics import METRICS
 from ._store import DemandStore, OffsetConflict, OffsetUpdate
 from ._window import MinuteAggregator, Verdict, WindowPolicy
 
-__all__ = ["IngestConsumer", "IngestSummary"]
+__all__ = ["IngestConsumer", "IngestSummary", "count_records"]
 
 log = get_logger(__name__)
 
@@ -74,6 +74,46 @@ class IngestSummary:
     last_commit_at: float | None = None
     first_record_cpu: float | None = None  # process CPU time: rates that other processes cannot skew
     last_commit_cpu: float | None = None
+
+
+DeadLetterSink = Callable[[Any, str, str], None]
+
+
+def count_records(
+    records: Iterable[Any], agg: MinuteAggregator, watermark_ms: int | None, now: float, dead: DeadLetterSink
+) -> int | None:
+    """Count one partition's records (in offset order) into ``agg``; returns the new watermark.
+
+    Every record is either counted, dropped as late (``agg.late``) or handed to ``dead(record, reason,
+    detail)``; nothing a record holds can raise out of here.
+    """
+    add = agg.add_fields
+    future = Verdict.FUTURE
+    for record in records:
+        # The hot path: one regex match and one window update per canonical event.
+        value = record.value
+        fields = fast_fields(value) if value is not None else None
+        if fields is None:
+            fields = _parse_slowly(record, dead)
+            if fields is None:
+                continue
+        verdict, watermark_ms = add(*fields, watermark_ms, now)
+        if verdict is future:
+            dead(record, "future", f"ts {fields[1]} is more than {agg.policy.future_tolerance_s}s ahead")
+    return watermark_ms
+
+
+def _parse_slowly(record: Any, dead: DeadLetterSink) -> Fields | None:
+    """The full schema: the counted fields, or None once the record is dead-lettered."""
+    try:
+        if record.value is None:
+            raise InvalidEvent("message has no value", reason="no_value")
+        return parse_fields(record.value)
+    except InvalidEvent as exc:
+        dead(record, exc.reason, str(exc))
+    except Exception as exc:  # no input may stop the consumer
+        dead(record, "unparseable", f"{type(exc).__name__}: {exc}")
+    return None
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -184,44 +224,17 @@ class IngestConsumer:
 
     def _process(self, polled: dict[TopicPartition, list[Any]]) -> None:
         now = self.clock()
-        add = self._agg.add_fields
-        future = Verdict.FUTURE
         for tp, records in polled.items():
             part = self._parts.get(tp)
             if part is None or not records:
                 continue  # not ours any more; the new owner reads it from the store's offset
-            watermark = part.pending_watermark_ms
-            for record in records:
-                # The hot path: one regex match and one window update per canonical event.
-                fields = fast_fields(record.value) if record.value is not None else None
-                if fields is None:
-                    fields = self._parse_slowly(record)
-                    if fields is None:
-                        continue
-                verdict, watermark = add(*fields, watermark, now)
-                if verdict is future:
-                    self._dead_letter(
-                        record,
-                        "future",
-                        f"ts {fields[1]} is more than {self.policy.future_tolerance_s}s ahead",
-                    )
-            part.pending_watermark_ms = watermark
+            part.pending_watermark_ms = count_records(
+                records, self._agg, part.pending_watermark_ms, now, self._dead_letter
+            )
             part.position = records[-1].offset + 1
             self._records += len(records)
             if self._batch_started is None:
                 self._batch_started = time.monotonic()
-
-    def _parse_slowly(self, record: Any) -> Fields | None:
-        """The full schema: the counted fields, or None once the record is dead-lettered."""
-        try:
-            if record.value is None:
-                raise InvalidEvent("message has no value", reason="no_value")
-            return parse_fields(record.value)
-        except InvalidEvent as exc:
-            self._dead_letter(record, exc.reason, str(exc))
-        except Exception as exc:  # no input may stop the consumer
-            self._dead_letter(record, "unparseable", f"{type(exc).__name__}: {exc}")
-        return None
 
     def _dead_letter(self, record: Any, reason: str, detail: str) -> None:
         self._dead[reason] += 1
