@@ -337,8 +337,7 @@ class IngestConsumer:
         gc.set_threshold(_GC_GEN0_THRESHOLD, thresholds[1], thresholds[2])
         try:
             while not stop.is_set():
-                with broker_errors(f"poll {self.topic}"):
-                    polled = self._consumer.poll(timeout_ms=poll_ms)
+                polled = self._poll(poll_ms)
                 if self._assign_error is not None:
                     error, self._assign_error = self._assign_error, None
                     raise StorageError(f"could not load offsets on assignment: {error}") from error
@@ -359,6 +358,19 @@ class IngestConsumer:
             gc.set_threshold(*thresholds)
             self.close()
         return self.summary
+
+    def _poll(self, poll_ms: int) -> dict[TopicPartition, list[Any]]:
+        """One poll; a transient broker error is logged and waited out (the client reconnects)."""
+        try:
+            with broker_errors(f"poll {self.topic}"):
+                polled: dict[TopicPartition, list[Any]] = self._consumer.poll(timeout_ms=poll_ms)
+                return polled
+        except BrokerError as exc:
+            if not exc.transient:
+                raise
+            log.warning("poll failed; retrying", extra={"error": str(exc)})
+            time.sleep(poll_ms / 1000)
+            return {}
 
     def close(self) -> None:
         try:

@@ -166,12 +166,16 @@ class DemandStore:
 
     def create(self) -> None:
         """Create the tables if they do not exist (idempotent, safe from several processes)."""
-        try:
-            _metadata.create_all(self.engine, checkfirst=True)
-        except SAIntegrityError:
-            pass  # PostgreSQL: another process created the same table a moment ago
-        except SQLAlchemyError as exc:
-            raise StorageError(f"cannot create demand tables: {exc}") from exc
+        for attempt in range(3):
+            try:
+                _metadata.create_all(self.engine, checkfirst=True)
+                return
+            except SQLAlchemyError as exc:
+                # Two processes creating the tables at the same moment: one of them loses the race on
+                # PostgreSQL's catalog (a unique violation or "already exists"); the next check sees them.
+                if attempt == 2:
+                    raise StorageError(f"cannot create demand tables: {exc}") from exc
+                time.sleep(0.1 * (attempt + 1))
 
     def close(self) -> None:
         self.engine.dispose()
