@@ -126,8 +126,6 @@ def log_retrain(
                     for key in ("brier", "brier_baseline", "brier_time_of_week", "poisson_deviance"):
                         metrics[f"model.{_safe_key(model)}.{key}"] = float(values[key])
             metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}
-            if metrics:
-                mlflow.log_metrics(metrics, step=0)
             mlflow.set_tags(
                 {
                     "prewarm.kind": "forecaster-retrain",
@@ -149,6 +147,10 @@ def log_retrain(
                 pip_requirements=[f"mlflow=={mlflow.__version__}", "numpy", "pandas"],
                 registered_model_name=registered_model,
             )
+            # Metrics go in after the model: MLflow 3's log_model links every metric already on the run
+            # to the logged model, one history lookup each, which took minutes for 4000 per-model metrics.
+            if metrics:
+                mlflow.log_metrics(metrics, step=0)
         run_id = run.info.run_id
         version = str(info.registered_model_version) if info.registered_model_version is not None else None
         score = float(aggregate.get("brier_skill", float("nan")))
