@@ -13,11 +13,9 @@ import pytest
 from ingest_helpers import REPO, cli_env, make_topic, prewarm_cmd
 from typer.testing import CliRunner
 
-from ingest import DemandStore, IngestConsumer, azure2019_minute_counts, generate
+from ingest import DemandStore, IngestConsumer, OffsetUpdate, azure2019_minute_counts, generate
 from prewarm import IngestSettings, KafkaSettings
 from prewarm.cli import app
-
-pytestmark = pytest.mark.kafka
 
 AZURE = REPO.parent / "shared" / "data" / "azure-format-samples" / "invocations.csv"
 
@@ -39,6 +37,7 @@ def invoke(env: dict[str, str], *args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.kafka
 @pytest.mark.skipif(not AZURE.exists(), reason="the shared Azure sample is not next to the repository")
 def test_azure_2019_sample_replays_into_the_store_with_the_files_counts(
     store_url: str,
@@ -84,6 +83,7 @@ def test_azure_2019_sample_replays_into_the_store_with_the_files_counts(
     assert set(stats["last_event"]) == set(expected.columns)
 
 
+@pytest.mark.kafka
 def test_produce_synthetic_lands_with_the_generators_counts(
     tmp_path: Path, kafka_settings: KafkaSettings, ingest_settings: IngestSettings
 ) -> None:
@@ -102,6 +102,7 @@ def test_produce_synthetic_lands_with_the_generators_counts(
     pd.testing.assert_frame_equal(got, expected, check_names=False, check_dtype=False)
 
 
+@pytest.mark.kafka
 def test_stats_text_output_names_the_group_and_partitions(
     tmp_path: Path, kafka_settings: KafkaSettings, ingest_settings: IngestSettings
 ) -> None:
@@ -112,6 +113,7 @@ def test_stats_text_output_names_the_group_and_partitions(
     assert "partition 0: lag 0" in text
 
 
+@pytest.mark.kafka
 @pytest.mark.slow
 def test_benchmark_reports_the_documented_keys(tmp_path: Path, kafka_bootstrap: str) -> None:
     out = tmp_path / "bench.json"
@@ -121,3 +123,27 @@ def test_benchmark_reports_the_documented_keys(tmp_path: Path, kafka_bootstrap: 
     assert {"events", "seconds", "events_per_s", "bare_consumer_events_per_s"} <= set(result)
     assert result["events"] == 3000
     assert result["details"]["exact"] is True
+
+
+def test_stats_without_a_broker_still_reports_the_store(tmp_path: Path, unique: str) -> None:
+    """Degrade, don't die: the counts come from the store; only the lag needs the broker."""
+    url = f"sqlite:///{tmp_path / 'demand.db'}"
+    with DemandStore(url) as store:
+        store.commit_batch(
+            f"g-{unique}",
+            {},
+            {},
+            [OffsetUpdate("t", 0, None, 5, None)],
+            {"events": 5, "records": 6, "dead_lettered:not_json": 1},
+        )
+    env = {
+        "PREWARM_KAFKA_BOOTSTRAP": "127.0.0.1:1",
+        "PREWARM_DATABASE_URL": url,
+        "PREWARM_TOPIC_REQUESTS": "t",
+        "PREWARM_CONSUMER_GROUP": f"g-{unique}",
+    }
+    stats = json.loads(invoke(env, "ingest", "stats", "--json"))
+    assert stats["events"] == 5
+    assert stats["dead_lettered"] == {"not_json": 1}
+    assert stats["lag"] == {"0": None}
+    assert "lag_error" in stats
