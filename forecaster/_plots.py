@@ -53,7 +53,11 @@ def backtest_plots(report: BacktestReport, out_dir: Path, max_models: int = 6) -
         fig, axes = plt.subplots(len(rows), 1, figsize=(10, 1.8 * len(rows)), sharex=True, squeeze=False)
         hours = (stamps - stamps[0]) / 3600.0
         for ax, i, rate in zip(axes[:, 0], rows, rates, strict=True):
-            actual = np.nan_to_num(test.counts[i, :span]).reshape(-1, 10).sum(axis=1) if span >= 10 else []
+            actual = (
+                np.nan_to_num(test.counts[i, : span // 10 * 10]).reshape(span // 10, 10).sum(axis=1)
+                if span >= 10
+                else []
+            )
             ax.bar(
                 hours[::10][: len(actual)], actual, width=10 / 60, color="lightgrey", label="actual / 10 min"
             )

@@ -34,7 +34,7 @@ def bucketed(history: History, days: int) -> tuple[npt.NDArray[np.float64], int]
         fill = np.nan_to_num(np.nanmean(tail, axis=1))
     filled = np.where(np.isnan(tail), fill[:, None], tail)
     start = history.end - 60 * usable
-    return filled.reshape(len(history.models), -1, _BUCKET).sum(axis=2), start
+    return filled.reshape(len(history.models), usable // _BUCKET, _BUCKET).sum(axis=2), start
 
 
 def busy(history: History, min_rate: float, min_days: float, max_series: int) -> npt.NDArray[np.bool_]:

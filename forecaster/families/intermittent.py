@@ -32,7 +32,7 @@ class Intermittent(Family):
         usable = history.minutes // b * b
         if usable < b:
             return [Failure("shorter than one bucket")] * n
-        counts = history.counts[:, history.minutes - usable :].reshape(n, -1, b)
+        counts = history.counts[:, history.minutes - usable :].reshape(n, usable // b, b)
         seen = (~np.isnan(counts)).sum(axis=2)
         # Scale partly observed buckets up to a whole bucket; unobserved ones leave the state alone.
         demand = np.where(seen > 0, np.nansum(counts, axis=2) * b / np.maximum(seen, 1), np.nan)

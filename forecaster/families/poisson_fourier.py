@@ -59,7 +59,7 @@ class PoissonFourier(Family):
         if usable < b:
             return [Failure("shorter than one bucket")] * len(history.models)
         offset = history.minutes - usable  # drop the oldest minutes so buckets end at the origin
-        counts = history.counts[:, offset:].reshape(len(history.models), -1, b)
+        counts = history.counts[:, offset:].reshape(len(history.models), usable // b, b)
         exposure = (~np.isnan(counts)).sum(axis=2).astype(np.float64)
         total = np.nansum(counts, axis=2)
         stamps = history.start + 60 * (offset + np.arange(usable // b) * b)
