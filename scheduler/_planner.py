@@ -5,18 +5,26 @@ forecast window worth acting on), picks a node, and values each cache tier close
 is now::
 
     benefit(T) = P(request in window) × seconds of waiting saved by being in T × priority weight
-    cost(T)    = GB × seconds held in T × the tier's price per GB·s
+    miss(T)    = (1 - P) × seconds of transfer into L1/L0 that a wrong guess wastes × ``miss_penalty``
+    cost(T)    = GB × seconds held in T × the tier's price per GB·s (by default only disk has a price)
 
-The tier with the best positive ``benefit - cost`` is the target. The prefetch starts ``lead`` seconds
+The tier with the best positive ``benefit - miss - cost`` is the target. Memory that nothing else wants
+costs nothing to fill: the real cost of holding a model is the opportunity cost of what it displaces,
+and that is arbitrated by value when room is made (a newcomer displaces only residents worth less, where
+a resident is worth ``P × seconds saved × weight``). ``miss`` is what keeps speculation honest: a move
+into host or GPU memory pays off only when ``P × weight > (1 - P) × miss_penalty`` (P > 2/3 for a
+standard model with the default), so few prefetches are wasted. The prefetch starts ``lead`` seconds
 before the window: the hops still to do at the node's measured bandwidth, plus a margin. Candidates are
 placed most urgent first (demand, then the soonest window) into a per-node book of bytes per tier that is
 never over-committed: room is made by demoting less valuable residents one tier down (L0→L1→L2, and from
 L2 out to L3), or the target falls back one tier, or the candidate waits for a later round (deferred).
 
 Hysteresis keeps the plan from thrashing: a resident is only demoted to make room when it is worth less
-than the newcomer and was neither loaded nor used within ``min_residence_s``; a resident cools down only
-when its benefit falls below ``keep_ratio`` times its cost (a newcomer needs the full cost); and a model
-evicted as a misprediction is not fetched again within ``cooldown_s``.
+than the newcomer (which also pays ``miss``, a resident does not) and was neither loaded nor used within
+``min_residence_s``; a resident cools down on its own only when a request in the window has become
+unlikely (``P < cool_p``) or its benefit falls below ``keep_ratio`` times a configured holding cost, one
+tier per round at most; and a model evicted as a misprediction is not fetched again within
+``cooldown_s``.
 
 Order ids are a digest of (node, model, version, action, tier, time bucket of the reason), so the same
 decision taken in two rounds, or by two scheduler replicas, has the same id and is applied once.
@@ -54,10 +62,11 @@ _INF = math.inf
 
 
 def _default_prices() -> dict[Tier, float]:
-    # Per GB·s held. GPU memory is the scarcest, pinned host RAM next, NVMe is nearly free: with these a
-    # 140 GB model with a 50% chance of a request in the next 10 minutes is worth holding in L1 but not
-    # in L0, and one with a 5% chance is still worth staging on local disk.
-    return {Tier.L0: 1e-3, Tier.L1: 2e-4, Tier.L2: 1e-6}
+    # Per GB·s held. Idle GPU and host memory cost nothing to fill: what a model held there really costs
+    # is what it keeps out, and that is weighed by value when room is made. A fixed price here demoted a
+    # busy 70 GB model every few minutes with the GPU otherwise empty. Disk keeps a token price so that
+    # a model with no realistic chance of a request (P below ~0.1% for 140 GB) is not even staged.
+    return {Tier.L0: 0.0, Tier.L1: 0.0, Tier.L2: 1e-6}
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,15 @@ class PlannerConfig:
     """Cost of holding one GB in a tier for one second, in the same unit as a weighted second waited."""
     keep_ratio: float = 0.5
     """A resident stays while benefit ≥ keep_ratio × cost; a newcomer needs benefit > cost (hysteresis)."""
+    miss_penalty: float = 2.0
+    """Weighted seconds charged per second of an L1/L0 transfer that serves no request, times (1 - P).
+
+    A speculative move there is made when ``P × weight > (1 - P) × miss_penalty``: for a standard model
+    P > 2/3 with 2, so that mispredictions stay a small share of prefetches; 0 prefetches on any chance.
+    """
+    cool_p: float = 0.05
+    """A forecast resident of L0/L1 is demoted on its own (not to make room) when P(request in the
+    window) falls below this: it keeps room for a demand load that would otherwise evict by LRU."""
     min_residence_s: float = 120.0
     """A model loaded or used this recently is never demoted to make room for a speculative prefetch."""
     misprediction_window_s: float = 600.0
@@ -254,7 +272,9 @@ def plan_detailed(
     candidates.sort(key=lambda c: (not c.want.demand, c.not_before, -c.value / c.spec.size_bytes, c.spec.id))
     for candidate in candidates:
         _place(rnd, candidate)
-    _cool_down(rnd, forecasts, hints)
+    soon = now + config.window_s
+    wanted = sorted(m for m, ws in wants.items() if any(w.t0 <= soon for w in ws))
+    _cool_down(rnd, forecasts, hints, wanted)
     return Plan(
         orders=tuple(rnd.orders),
         placements=tuple(rnd.placements),
@@ -385,12 +405,28 @@ def _lead(node: NodeState, size: int, frm: Tier, to: Tier, config: PlannerConfig
     return raw * (1 + config.lead_margin_frac) + config.lead_margin_s if raw > 0 else 0.0
 
 
-def _net(spec: ModelSpec, want: _Want, node: NodeState, frm: Tier, to: Tier, config: PlannerConfig) -> float:
-    """benefit - cost of having ``spec`` in ``to`` (rather than ``frm``) for the wanted window."""
+def _net(
+    spec: ModelSpec,
+    want: _Want,
+    node: NodeState,
+    frm: Tier,
+    to: Tier,
+    config: PlannerConfig,
+    *,
+    move: bool = True,
+) -> float:
+    """benefit - cost of having ``spec`` in ``to`` (rather than ``frm``) for the wanted window.
+
+    ``move``: the bytes still have to travel, so a wrong guess wastes the hops into L1/L0 (the staged
+    disk copy stays useful either way); a resident already there (``move=False``) risks nothing.
+    """
     saved = _raw_lead(node, spec.size_bytes, frm, to, config)
     benefit = want.p * saved * spec.priority.weight
     held = (want.t1 - want.t0) + _lead(node, spec.size_bytes, frm, to, config)
     cost = spec.size_bytes / 1e9 * held * config.price_per_gb_s.get(to, 0.0)
+    if move and to.level < Tier.L2.level:
+        wasted = _raw_lead(node, spec.size_bytes, Tier.L2 if frm.level > 2 else frm, to, config)
+        cost += (1.0 - want.p) * wasted * config.miss_penalty
     return benefit - cost
 
 
@@ -403,7 +439,7 @@ def _keep_value(
         return _INF
     best = 0.0
     for want in current:
-        best = max(best, _net(spec, want, node, tier.farther(), tier, config))
+        best = max(best, _net(spec, want, node, tier.farther(), tier, config, move=False))
     return best
 
 
@@ -489,21 +525,29 @@ def _evict_mispredictions(rnd: _Round, wants: Mapping[str, list[_Want]]) -> None
                 if (name, r.model) in rnd.mispredictions:
                     continue
                 rnd.mispredictions.append((name, r.model))
-                # EVICT at L1 drops L1 and L0 and keeps the verified copy on local disk.
+                # Only the speculative copy goes. A GPU copy promoted from a host copy that was already
+                # there is demoted back to it: dropping that L1 copy too would turn the wrong guess
+                # into a slow disk load for the next real request. Otherwise EVICT at L1 drops L1 and
+                # L0 and keeps the verified copy on local disk.
+                keep_l1 = tier is Tier.L0 and any(
+                    h.model == r.model and h.version == r.version and not h.prefetched
+                    for h in book.node.residents(Tier.L1)
+                )
+                action, at = (OrderAction.DEMOTE, Tier.L1) if keep_l1 else (OrderAction.EVICT, Tier.L1)
                 rnd.orders.append(
                     _order(
                         rnd,
                         name,
                         spec,
-                        OrderAction.EVICT,
-                        Tier.L1,
+                        action,
+                        at,
                         OrderReason.MISPREDICTION,
                         now,
                         now + config.order_ttl_s,
                         r.loaded_at,
                     )
                 )
-                for t in (Tier.L0, Tier.L1):
+                for t in (Tier.L0,) if keep_l1 else (Tier.L0, Tier.L1):
                     book.drop(t, r.model)
 
 
@@ -713,35 +757,77 @@ def _order(
     )
 
 
-def _cool_down(rnd: _Round, forecasts: Mapping[str, ModelForecast], hints: Sequence[Hint]) -> None:
-    """Demote a forecast model whose value in L0/L1 has fallen below ``keep_ratio`` of its cost.
+def _headroom(rnd: _Round, tier: Tier, wanted: Sequence[str]) -> int:
+    """Bytes the biggest wanted model that no node holds in ``tier`` or closer would need there.
 
-    Only models with a forecast cool down: with no signal at all the planner leaves a resident alone
-    and only moves it to make room.
+    A model some node already holds that close is served there (requests go to the closest copy), so
+    it puts no pressure on the others.
+    """
+    closer = [t for t in CACHE_TIERS if t.level <= tier.level]
+    return max(
+        (
+            rnd.catalog[m].size_bytes
+            for m in wanted
+            if m in rnd.catalog and not any(m in b.held[t] for b in rnd.books.values() for t in closer)
+        ),
+        default=0,
+    )
+
+
+def _cool_down(
+    rnd: _Round, forecasts: Mapping[str, ModelForecast], hints: Sequence[Hint], wanted: Sequence[str]
+) -> None:
+    """Demote a forecast model out of L0/L1 once a request has become unlikely.
+
+    Idle memory costs nothing, so a model that may still be wanted is left where it is and only moved
+    to make room for something worth more (``_make_room``). A model with ``P < cool_p`` (or, with a
+    configured holding price, benefit below ``keep_ratio`` of it) goes one tier down, so that a demand
+    load finds room without the executor's LRU picking a victim blindly. At most one demotion per model
+    per round: L0→L1 and L1→L2 in the same round would throw away the copy just made. A tier cools only
+    under pressure: when the biggest model wanted in the coming window would not fit in its free room.
+    Only models with a forecast cool down: with no signal at all the planner leaves a resident alone.
     """
     now, config = rnd.now, rnd.config
     hinted = {h.model for h in hints}
+    cooled: set[str] = set()
+    headroom = {tier: _headroom(rnd, tier, wanted) for tier in (Tier.L0, Tier.L1)}
     for name, book in rnd.books.items():
+        # Used within the window: whatever the forecast says, recent use is the better evidence (a
+        # seasonal forecast read P≈0 for a model asked for every ten minutes); only room-making moves it.
+        recent = {
+            r.model
+            for t in (Tier.L0, Tier.L1)
+            for r in book.node.residents(t)
+            if r.last_used is not None and now - r.last_used < config.window_s
+        }
         for tier in (Tier.L0, Tier.L1):
             lower = tier.farther()
+            # No pressure, nothing to cool: while the biggest model that may come in fits in free room,
+            # a demand load evicts nobody, and an unlikely resident may still save a request.
+            if book.free(tier) >= headroom[tier]:
+                continue
             for entry in list(book.held[tier].values()):
                 forecast = forecasts.get(entry.model)
                 spec = rnd.catalog.get(entry.model)
                 if forecast is None or spec is None or entry.protected or entry.model in hinted:
                     continue
+                if entry.model in cooled or entry.model in rnd.moved or entry.model in recent:
+                    continue
                 if any(entry.model in book.held[t] for t in CACHE_TIERS if t.level < tier.level):
                     continue
                 p = forecast.p_window(now, now + config.window_s)
-                saved = _raw_lead(book.node, spec.size_bytes, lower, tier, config)
-                benefit = p * saved * spec.priority.weight
-                cost = spec.size_bytes / 1e9 * config.window_s * config.price_per_gb_s.get(tier, 0.0)
-                if benefit >= config.keep_ratio * cost:
-                    continue
+                if p >= config.cool_p:
+                    price = config.price_per_gb_s.get(tier, 0.0)
+                    cost = spec.size_bytes / 1e9 * config.window_s * price
+                    saved = _raw_lead(book.node, spec.size_bytes, lower, tier, config)
+                    if cost <= 0 or p * saved * spec.priority.weight >= config.keep_ratio * cost:
+                        continue
                 if entry.model not in book.held[lower]:
                     if book.free(lower) < entry.bytes:
                         continue
                     book.put(lower, entry.model, replace(entry, protected=True))
                 book.drop(tier, entry.model)
+                cooled.add(entry.model)
                 rnd.orders.append(
                     _order(
                         rnd,

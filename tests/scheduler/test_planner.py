@@ -167,17 +167,77 @@ def test_mispredicted_model_is_not_fetched_straight_back() -> None:
     assert again == []
 
 
-def test_cooling_forecast_demotes_out_of_gpu_memory_but_not_a_just_loaded_one() -> None:
+def test_cooling_forecast_demotes_out_of_gpu_memory_under_pressure_but_not_a_just_loaded_one() -> None:
     c = cluster("a")
     cooled = resident("m", 40 * GB, loaded_at=NOW - 3600, last_used=NOW - 1800)
     r = report("a", {Tier.L0: [cooled], Tier.L2: [cooled]}, capacity=CAP)
-    cat = catalog(spec("m", 40 * GB))
-    orders = plan(NOW, {"m": flat_forecast("m", 0.001)}, [], cat, state(c, r), CONFIG)
-    assert [(o.action, o.tier, o.reason) for o in orders] == [
-        (OrderAction.DEMOTE, Tier.L1, OrderReason.FORECAST)
+    cat = catalog(spec("m", 40 * GB), spec("next", 60 * GB))
+    # "next" may come (P ~ 0.3 in the window: not worth a prefetch) and would not fit beside "m".
+    forecasts = {"m": flat_forecast("m", 0.001), "next": flat_forecast("next", 0.03)}
+    orders = plan(NOW, forecasts, [], cat, state(c, r), CONFIG)
+    assert [(o.model, o.action, o.tier, o.reason) for o in orders if o.model == "m"] == [
+        ("m", OrderAction.DEMOTE, Tier.L1, OrderReason.FORECAST)
     ]
     fresh = report("a", {Tier.L0: [cooled.model_copy(update={"loaded_at": NOW - 30})]}, capacity=CAP)
-    assert plan(NOW, {"m": flat_forecast("m", 0.001)}, [], cat, state(c, fresh), CONFIG) == []
+    assert [o for o in plan(NOW, forecasts, [], cat, state(c, fresh), CONFIG) if o.model == "m"] == []
+
+
+def test_unlikely_model_is_not_cooled_down_while_memory_is_free() -> None:
+    cooled = resident("m", 40 * GB, loaded_at=NOW - 3600, last_used=NOW - 1800)
+    r = report("a", {Tier.L0: [cooled], Tier.L1: [cooled], Tier.L2: [cooled]}, capacity=CAP)
+    cat = catalog(spec("m", 40 * GB))
+    assert plan(NOW, {"m": flat_forecast("m", 0.001)}, [], cat, state(cluster("a"), r), CONFIG) == []
+
+
+def test_busy_model_is_not_cooled_down_while_memory_is_free() -> None:
+    # A 70 GB model asked for every few minutes: holding it in an otherwise idle GPU costs nothing.
+    cap = {Tier.L0: 160 * GB, Tier.L1: 400 * GB, Tier.L2: 2000 * GB}
+    busy = resident("big", 70 * GB, loaded_at=NOW - 3600, last_used=NOW - 170)
+    r = report("a", {Tier.L0: [busy], Tier.L1: [busy], Tier.L2: [busy]}, capacity=cap)
+    cat = catalog(spec("big", 70 * GB))
+    assert plan(NOW, {"big": flat_forecast("big", 0.3)}, [], cat, state(cluster("a"), r), CONFIG) == []
+
+
+def test_model_used_within_the_window_is_not_cooled_even_if_the_forecast_says_no() -> None:
+    c = cluster("a")
+    used = resident("m", 40 * GB, loaded_at=NOW - 3600, last_used=NOW - 300)
+    r = report("a", {Tier.L0: [used], Tier.L2: [used]}, capacity=CAP)
+    cat = catalog(spec("m", 40 * GB), spec("next", 60 * GB))
+    forecasts = {"m": flat_forecast("m", 0.001), "next": flat_forecast("next", 0.03)}
+    assert [o for o in plan(NOW, forecasts, [], cat, state(c, r), CONFIG) if o.model == "m"] == []
+
+
+def test_a_model_is_never_demoted_twice_in_one_round() -> None:
+    c = cluster("a", l0=80 * GB, l1=80 * GB)
+    cap = {Tier.L0: 80 * GB, Tier.L1: 80 * GB, Tier.L2: 2000 * GB}
+    cold = resident("m", 40 * GB, loaded_at=NOW - 3600, last_used=NOW - 1800)
+    r = report("a", {Tier.L0: [cold], Tier.L1: [cold], Tier.L2: [cold]}, capacity=cap)
+    cat = catalog(spec("m", 40 * GB), spec("next", 60 * GB))
+    forecasts = {"m": flat_forecast("m", 0.001), "next": flat_forecast("next", 0.03)}
+    demotes = [o for o in plan(NOW, forecasts, [], cat, state(c, r), CONFIG) if o.model == "m"]
+    assert [(o.action, o.tier) for o in demotes] == [(OrderAction.DEMOTE, Tier.L1)]
+
+
+def test_speculative_prefetch_into_memory_needs_a_likely_request() -> None:
+    cat = catalog(spec("m", 70 * GB))
+    maybe = plan(NOW, {"m": flat_forecast("m", 0.05)}, [], cat, state(cluster("a")), CONFIG)  # P ~ 0.4
+    likely = plan(NOW, {"m": flat_forecast("m", 0.2)}, [], cat, state(cluster("a")), CONFIG)  # P ~ 0.9
+    assert [o.tier for o in maybe] == [Tier.L2]
+    assert [o.tier for o in likely] == [Tier.L0]
+
+
+def test_unused_gpu_copy_of_a_host_resident_is_demoted_back_not_dropped_to_disk() -> None:
+    host = resident("m", 20 * GB, loaded_at=NOW - 3600, last_used=NOW - 1800)
+    gpu = resident("m", 20 * GB, loaded_at=NOW - 700, prefetched=True)
+    r = report("a", {Tier.L0: [gpu], Tier.L1: [host], Tier.L2: [host]}, capacity=CAP)
+    detailed = plan_detailed(NOW, {}, [], catalog(spec("m", 20 * GB)), state(cluster("a"), r), CONFIG)
+    assert detailed.mispredictions == (("a", "m"),)
+    [order] = detailed.orders
+    assert (order.action, order.tier, order.reason) == (
+        OrderAction.DEMOTE,
+        Tier.L1,
+        OrderReason.MISPREDICTION,
+    )
 
 
 def test_cascading_cold_start_places_one_and_queues_the_rest() -> None:
