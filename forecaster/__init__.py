@@ -1,6 +1,8 @@
 """Per-model seasonal demand forecasts with backtested model selection and MLflow-tracked retraining.
 
-For the scheduler: ``ForecasterBundle.predict(now, horizon_s) -> {model: ModelForecast}``, loaded with
+For the scheduler: ``ForecasterBundle.predict(now, horizon_s, recent=None) -> {model: ModelForecast}``
+(``recent``: requests per model in the last ``state_minutes``, which sharpens the first 20 minutes for
+session-like demand), loaded with
 ``load_forecaster("models:/prewarm-forecaster@champion")`` or from a local directory, and ``retrain(settings,
 store | frame | History, now) -> RetrainResult`` for its daily cron job.
 

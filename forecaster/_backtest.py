@@ -18,7 +18,7 @@ import numpy.typing as npt
 from forecaster._bundle import ForecasterBundle
 from forecaster._history import History
 from forecaster._scoring import brier, poisson_deviance, reliability, time_of_week_probability, window_sums
-from forecaster._select import SelectionConfig, select_and_fit
+from forecaster._select import SelectionConfig, recent_activity, select_and_fit
 from prewarm._exceptions import InvalidInput
 
 __all__ = ["BacktestReport", "backtest", "fit_bundle"]
@@ -81,15 +81,25 @@ def backtest(
     expected = window_sums(rates, lead, window)
     sums = window_sums(test.counts, lead, window)
     outcome = np.where(np.isnan(sums), np.nan, (sums > 0).astype(np.float64))
-    p = 1.0 - np.exp(-bundle.scales(train.models)[:, None] * expected)
+    # What the scheduler gets when it passes ``recent`` (requests in the last state_minutes before each
+    # origin, known at the origin) and what it gets without.
+    full = np.concatenate([train.counts, test.counts], axis=1)
+    csum = np.concatenate([np.zeros((len(train.models), 1)), np.cumsum(np.nan_to_num(full), axis=1)], axis=1)
+    active = recent_activity(csum, train.minutes + np.arange(expected.shape[1]), bundle.state_minutes)
+    scale_state = np.where(
+        active, bundle.scales(train.models, "active")[:, None], bundle.scales(train.models, "idle")[:, None]
+    )
+    p = 1.0 - np.exp(-scale_state * expected)
+    p_plain = 1.0 - np.exp(-bundle.scales(train.models)[:, None] * expected)
 
     with np.errstate(invalid="ignore"):
         const = np.nan_to_num(np.nanmean(np.where(np.isfinite(train.counts), train.counts, np.nan), axis=1))
     p_base = np.broadcast_to(1.0 - np.exp(-const[:, None] * window), p.shape)
-    full = np.concatenate([train.counts, test.counts], axis=1)
     p_tow = time_of_week_probability(full, train.start, train.minutes, lead, window)
 
     b_model, b_base, b_tow = brier(p, outcome), brier(p_base, outcome), brier(p_tow, outcome)
+    b_plain = brier(p_plain, outcome)
+    _, ece_plain = reliability(p_plain, outcome)
     dev = poisson_deviance(rates, test.counts)
     dev_base = poisson_deviance(np.broadcast_to(const[:, None], test.counts.shape), test.counts)
     table, ece = reliability(p, outcome)
@@ -104,9 +114,12 @@ def backtest(
             "brier_baseline": float(b_base[i]),
             "brier_time_of_week": float(b_tow[i]),
             "brier_skill": _skill(b_model[i], b_base[i]),
+            "brier_without_recent": float(b_plain[i]),
             "poisson_deviance": float(dev[i]),
             "poisson_deviance_baseline": float(dev_base[i]),
             "scale": choice.scale,
+            "scale_active": choice.scale_active,
+            "scale_idle": choice.scale_idle,
             "validation_scores": choice.scores,
             "reason": choice.reason,
         }
@@ -117,6 +130,11 @@ def backtest(
         {
             "ece": ece,
             "ece_baseline": ece_base,
+            "brier_without_recent": float(b_plain.mean()),
+            "brier_skill_without_recent": _skill(float(b_plain.mean()), float(b_base.mean())),
+            "brier_skill_vs_time_of_week_without_recent": _skill(float(b_plain.mean()), float(b_tow.mean())),
+            "ece_without_recent": ece_plain,
+            "state_minutes": bundle.state_minutes,
             "lead_minutes": lead,
             "window_minutes": window,
             "train_start": train.start,
@@ -129,7 +147,11 @@ def backtest(
     if families is not None:
         aggregate["by_pattern"] = {
             name: _aggregate(*(a[rows] for a in (b_model, b_base, b_tow, dev, dev_base)))
-            | {"families_chosen": _counts(bundle.choice(train.models[i]).family for i in rows)}
+            | {
+                "brier_without_recent": float(b_plain[rows].mean()),
+                "brier_skill_without_recent": _skill(float(b_plain[rows].mean()), float(b_base[rows].mean())),
+                "families_chosen": _counts(bundle.choice(train.models[i]).family for i in rows),
+            }
             for name in sorted(set(families.values()))
             if (
                 rows := np.array(

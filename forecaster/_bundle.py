@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +41,12 @@ class ForecasterBundle:
     bucket_s: int = 60
     horizon_s: int = 7200
     summary: dict[str, Any] = field(default_factory=dict)
+    state_minutes: int = 10
+    state_horizon_s: int = 1200
     _tables: npt.NDArray[np.float32] = field(init=False, repr=False)
     _scale: npt.NDArray[np.float64] = field(init=False, repr=False)
+    _scale_active: npt.NDArray[np.float64] = field(init=False, repr=False)
+    _scale_idle: npt.NDArray[np.float64] = field(init=False, repr=False)
     _index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -59,13 +63,27 @@ class ForecasterBundle:
             tables[i] = np.nan_to_num(np.maximum(week, 0.0) * choice.level, nan=0.0, posinf=0.0)
         self._tables = tables
         self._scale = np.array([c.scale for c in self.choices], dtype=np.float64)
+        self._scale_active = np.array([_or(c.scale_active, c.scale) for c in self.choices], dtype=np.float64)
+        self._scale_idle = np.array([_or(c.scale_idle, c.scale) for c in self.choices], dtype=np.float64)
         self._index = {c.model: i for i, c in enumerate(self.choices)}
 
     @classmethod
     def from_choices(
-        cls, choices: Sequence[Choice], *, trained_until: float, bucket_s: int = 60, horizon_s: int = 7200
+        cls,
+        choices: Sequence[Choice],
+        *,
+        trained_until: float,
+        bucket_s: int = 60,
+        horizon_s: int = 7200,
+        state_minutes: int = 10,
     ) -> ForecasterBundle:
-        return cls(list(choices), trained_until=trained_until, bucket_s=bucket_s, horizon_s=horizon_s)
+        return cls(
+            list(choices),
+            trained_until=trained_until,
+            bucket_s=bucket_s,
+            horizon_s=horizon_s,
+            state_minutes=state_minutes,
+        )
 
     @property
     def models(self) -> list[str]:
@@ -81,14 +99,23 @@ class ForecasterBundle:
         rows = slice(None) if models is None else [self._index[m] for m in models]
         return self._tables[rows][:, minute_index(timestamps)].astype(np.float64)
 
-    def scales(self, models: Sequence[str] | None = None) -> npt.NDArray[np.float64]:
-        return self._scale if models is None else self._scale[[self._index[m] for m in models]]
+    def scales(
+        self, models: Sequence[str] | None = None, state: str | None = None
+    ) -> npt.NDArray[np.float64]:
+        """Calibration factors: unconditional, or for ``state`` ``"active"`` / ``"idle"``."""
+        source = {None: self._scale, "active": self._scale_active, "idle": self._scale_idle}[state]
+        return source if models is None else source[[self._index[m] for m in models]]
 
-    def predict(self, now: float, horizon_s: int | None = None) -> dict[str, ModelForecast]:
+    def predict(
+        self, now: float, horizon_s: int | None = None, recent: Mapping[str, float] | None = None
+    ) -> dict[str, ModelForecast]:
         """Forecasts for every model over the horizon from ``now`` floored to a whole bucket.
 
         ``expected`` sums the per-minute rates over each bucket; ``p_any = 1 - exp(-c·expected)`` with the
-        model's calibration factor ``c`` from the backtest.
+        model's calibration factor ``c`` from the backtest. ``recent`` (optional) maps models to their
+        request count in the ``state_minutes`` before ``now``; for the buckets of the first
+        ``state_horizon_s`` a model with recent requests then uses its "active" factor (sessions continue)
+        and one without its "idle" factor. Models missing from ``recent`` keep the unconditional one.
         """
         horizon = self.horizon_s if horizon_s is None else int(horizon_s)
         buckets = max(1, math.ceil(horizon / self.bucket_s))
@@ -97,7 +124,16 @@ class ForecasterBundle:
         cells = minute_index(start + 60.0 * np.arange(buckets * per_bucket))
         expected = self._tables[:, cells].astype(np.float64).reshape(len(self.choices), buckets, per_bucket)
         expected = expected.sum(axis=2)
-        p_any = 1.0 - np.exp(-self._scale[:, None] * expected)
+        scale = np.broadcast_to(self._scale[:, None], expected.shape).copy()
+        if recent:
+            early = min(buckets, max(0, math.ceil((now + self.state_horizon_s - start) / self.bucket_s)))
+            state = self._scale.copy()
+            for model, count in recent.items():
+                i = self._index.get(model)
+                if i is not None:
+                    state[i] = self._scale_active[i] if count > 0 else self._scale_idle[i]
+            scale[:, :early] = state[:, None]
+        p_any = 1.0 - np.exp(-scale * expected)
         return {
             c.model: ModelForecast(
                 model=c.model,
@@ -122,6 +158,8 @@ class ForecasterBundle:
             "trained_until": self.trained_until,
             "bucket_s": self.bucket_s,
             "horizon_s": self.horizon_s,
+            "state_minutes": self.state_minutes,
+            "state_horizon_s": self.state_horizon_s,
             "models": self.models,
             "families": {a: f.version for a, f in FAMILIES.items()},
             "summary": self.summary,
@@ -134,6 +172,8 @@ class ForecasterBundle:
                     "family": c.family,
                     "family_version": family(c.family).version,
                     "scale": c.scale,
+                    "scale_active": c.scale_active,
+                    "scale_idle": c.scale_idle,
                     "level": c.level,
                     "params": c.params,
                     "scores": c.scores,
@@ -181,6 +221,8 @@ class ForecasterBundle:
                     params=entry["params"],
                     scale=float(entry["scale"]),
                     level=float(entry.get("level", 1.0)),
+                    scale_active=_float_or_none(entry.get("scale_active")),
+                    scale_idle=_float_or_none(entry.get("scale_idle")),
                     scores=dict(entry.get("scores") or {}),
                     reason=entry.get("reason"),
                 )
@@ -190,9 +232,19 @@ class ForecasterBundle:
             trained_until=float(header["trained_until"]),
             bucket_s=int(header["bucket_s"]),
             horizon_s=int(header["horizon_s"]),
+            state_minutes=int(header.get("state_minutes", 10)),
+            state_horizon_s=int(header.get("state_horizon_s", 1200)),
         )
         bundle.summary = dict(header.get("summary") or {})
         return bundle
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _jsonable(value: Any) -> Any:

@@ -22,8 +22,11 @@ __all__ = [
 ]
 
 # Candidate calibration factors c in P(any) = 1 - exp(-c·expected): below 1 for clustered (bursty)
-# demand, where requests come in sessions and the Poisson formula overstates "at least one".
-SCALE_GRID = np.array([0.03, 0.05, 0.08, 0.12, 0.18, 0.25, 0.35, 0.5, 0.7, 0.85, 1.0, 1.25, 1.6, 2.0, 3.0])
+# demand, where requests come in sessions and the Poisson formula overstates "at least one"; well above
+# 1 right after activity in such a session.
+SCALE_GRID = np.array(
+    [0.03, 0.05, 0.08, 0.12, 0.18, 0.25, 0.35, 0.5, 0.7, 0.85, 1.0, 1.25, 1.6, 2.0, 3.0, 4.0, 6.0, 10.0, 20.0]
+)
 
 
 def window_sums(values: npt.NDArray[np.float64], lead: int, window: int) -> npt.NDArray[np.float64]:

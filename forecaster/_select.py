@@ -25,7 +25,7 @@ from forecaster._scoring import SCALE_GRID, window_sums
 from forecaster.families import CANDIDATES, FAMILIES, Failure, Params, prior_params
 from prewarm._logging import get_logger
 
-__all__ = ["Choice", "SelectionConfig", "select_and_fit"]
+__all__ = ["Choice", "SelectionConfig", "recent_activity", "select_and_fit"]
 
 log = get_logger(__name__)
 
@@ -40,6 +40,7 @@ class SelectionConfig:
     tolerance: float = 0.01
     min_positives: int = 100
     dormant_hours: float = 12.0
+    state_minutes: int = 10
     dormant_expected: float = 10.0
     new_model_days: float = 1.0
     families: tuple[str, ...] = CANDIDATES
@@ -53,6 +54,8 @@ class Choice:
     family: str
     params: Params
     scale: float = 1.0
+    scale_active: float | None = None
+    scale_idle: float | None = None
     level: float = 1.0
     scores: dict[str, float] = field(default_factory=dict)
     reason: str | None = None
@@ -105,9 +108,13 @@ def _backtest_select(history: History, config: SelectionConfig) -> list[Choice]:
     fold_min = int(config.fold_days * DAY_MIN)
     families = [a for a in config.families if a in FAMILIES]
     sse = {a: np.zeros((n, SCALE_GRID.size)) for a in families}
+    sse_active = {a: np.zeros((n, SCALE_GRID.size)) for a in families}
     usable = {a: np.ones(n, dtype=bool) for a in families}
     known = np.zeros(n)
     positives = np.zeros(n)
+    known_active = np.zeros(n)
+    positives_active = np.zeros(n)
+    csum = np.concatenate([np.zeros((n, 1)), np.cumsum(np.nan_to_num(history.counts), axis=1)], axis=1)
     for f in range(config.folds, 0, -1):
         origin = t - f * fold_min
         if origin < DAY_MIN:
@@ -119,6 +126,9 @@ def _backtest_select(history: History, config: SelectionConfig) -> list[Choice]:
         seen = ~np.isnan(outcome)
         known += seen.sum(axis=1)
         positives += np.nan_to_num(outcome).sum(axis=1)
+        active = recent_activity(csum, origin + np.arange(outcome.shape[1]), config.state_minutes)
+        known_active += (seen & active).sum(axis=1)
+        positives_active += (np.nan_to_num(outcome) * active).sum(axis=1)
         cells = minute_index(fit_part.end + 60 * np.arange(actual.shape[1]))
         for alias in families:
             fam = FAMILIES[alias]
@@ -137,7 +147,9 @@ def _backtest_select(history: History, config: SelectionConfig) -> list[Choice]:
             obs = np.nan_to_num(outcome[rows])
             for k, scale in enumerate(SCALE_GRID):
                 p = 1.0 - np.exp(-scale * expected)
-                sse[alias][rows, k] += np.where(seen[rows], (p - obs) ** 2, 0.0).sum(axis=1)
+                err = np.where(seen[rows], (p - obs) ** 2, 0.0)
+                sse[alias][rows, k] += err.sum(axis=1)
+                sse_active[alias][rows, k] += np.where(active[rows], err, 0.0).sum(axis=1)
     if not known.any():
         return _fit_fallback(history, "history too short for a backtest fold")
     scores = np.full((n, len(families)), np.inf)
@@ -153,6 +165,10 @@ def _backtest_select(history: History, config: SelectionConfig) -> list[Choice]:
     winner = np.argmax(scores <= best * (1.0 + config.tolerance) + 1e-12, axis=1)
     # Too few positive windows to estimate a calibration factor: keep the Poisson formula (c = 1).
     best_scale[positives < config.min_positives] = 1.0
+    few_active = (positives_active < config.min_positives) | (known_active < config.min_positives)
+    few_idle = (positives - positives_active < config.min_positives) | (
+        known - known_active < config.min_positives
+    )
     choices: list[Choice | None] = [None] * n
     for j, alias in enumerate(families):
         rows = np.flatnonzero((winner == j) & np.isfinite(scores[:, j]))
@@ -168,11 +184,17 @@ def _backtest_select(history: History, config: SelectionConfig) -> list[Choice]:
                 )
                 retry.append(int(r))
                 continue
+            # Separate factors for "a request in the last state_minutes" and "none": sessions make the
+            # first minutes after activity far likelier than the average says, and the quiet ones less.
+            c_active = float(SCALE_GRID[sse_active[alias][r].argmin()])
+            c_idle = float(SCALE_GRID[(sse[alias][r] - sse_active[alias][r]).argmin()])
             choices[r] = Choice(
                 model=history.models[r],
                 family=alias,
                 params=params,
                 scale=float(best_scale[r, j]),
+                scale_active=float(best_scale[r, j]) if few_active[r] else c_active,
+                scale_idle=float(best_scale[r, j]) if few_idle[r] else c_idle,
                 scores=_scores_of(scores[r], families),
             )
         if retry:
@@ -209,6 +231,16 @@ def _mark_dormant(history: History, choices: list[Choice], config: SelectionConf
                 f"dormant: no request in {config.dormant_hours:g} h where {expected:.0f} were expected"
             )
             log.info("forecast dormant model", extra={"model": choice.model, "reason": choice.reason})
+
+
+def recent_activity(
+    csum: npt.NDArray[np.float64], origins: npt.NDArray[np.int64], minutes: int
+) -> npt.NDArray[np.bool_]:
+    """Whether each model had a request in the ``minutes`` before each origin (a column index into the
+    series whose cumulative sums, with a leading zero column, are ``csum``)."""
+    hi = np.clip(origins, 0, csum.shape[1] - 1)
+    lo = np.clip(origins - minutes, 0, csum.shape[1] - 1)
+    return np.asarray((csum[:, hi] - csum[:, lo]) > 0, dtype=bool)
 
 
 def _scores_of(row: npt.NDArray[np.float64], families: list[str]) -> dict[str, float]:

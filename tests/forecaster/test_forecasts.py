@@ -129,3 +129,27 @@ def test_any_series_gives_finite_probabilities(
     counts[rng.random(counts.shape) < nan_share] = np.nan
     history = History(["x", "y"], MONDAY + 60 * int(rng.integers(0, 1440)), counts)
     _check(fit_bundle(history, SelectionConfig(folds=1)), history)
+
+
+def test_recent_requests_raise_the_near_term_probability_and_silence_lowers_it() -> None:
+    profile = np.full(1440, 0.05)
+    choice = Choice(
+        "chat/session-model",
+        "seasonal_naive_daily",
+        {"profile": encode_array(profile)},
+        scale=0.3,
+        scale_active=3.0,
+        scale_idle=0.1,
+    )
+    bundle = ForecasterBundle.from_choices([choice], trained_until=float(MONDAY))
+    now = MONDAY + 3600.0
+    plain = bundle.predict(now, 3600)[choice.model]
+    active = bundle.predict(now, 3600, recent={choice.model: 4})[choice.model]
+    idle = bundle.predict(now, 3600, recent={choice.model: 0})[choice.model]
+    window = (now + 300, now + 900)
+    assert active.p_window(*window) > plain.p_window(*window) > idle.p_window(*window)
+    np.testing.assert_allclose(active.expected, plain.expected)  # counts do not change, only P(any)
+    late = slice(bundle.state_horizon_s // 60, None)  # beyond the state horizon nothing changes
+    np.testing.assert_allclose(active.p_any[late], plain.p_any[late])
+    unknown = bundle.predict(now, 3600, recent={"someone-else": 3})[choice.model]
+    np.testing.assert_allclose(unknown.p_any, plain.p_any)
