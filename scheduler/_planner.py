@@ -265,13 +265,22 @@ def plan_detailed(
     for model, model_wants in wants.items():
         spec = catalog[model]
         worth = _payers(spec, model_wants, rnd)
-        best = _best_candidate(rnd, spec, worth, cooling) if worth else None
-        if best is not None:
-            candidates.append(best)
+        options = _best_candidate(rnd, spec, worth, cooling) if worth else []
+        if options:
+            candidates.append(options)
     # Demand first, then the soonest start, then the most value per byte.
-    candidates.sort(key=lambda c: (not c.want.demand, c.not_before, -c.value / c.spec.size_bytes, c.spec.id))
-    for candidate in candidates:
-        _place(rnd, candidate)
+    candidates.sort(
+        key=lambda cs: (
+            not cs[0].want.demand,
+            cs[0].not_before,
+            -cs[0].value / cs[0].spec.size_bytes,
+            cs[0].spec.id,
+        )
+    )
+    for options in candidates:
+        # The node is chosen now, against the books as earlier placements left them: chosen up front,
+        # every tie went to the same node and one node held the whole catalog while the other idled.
+        _place(rnd, max(options, key=lambda c: (c.value, rnd.books[c.node].free(c.tier), c.node)))
     soon = now + config.window_s
     wanted = sorted(m for m, ws in wants.items() if any(w.t0 <= soon for w in ws))
     _cool_down(rnd, forecasts, hints, wanted)
@@ -582,8 +591,8 @@ def _payers(spec: ModelSpec, wants: Sequence[_Want], rnd: _Round) -> list[_Want]
 
 def _best_candidate(
     rnd: _Round, spec: ModelSpec, wants: Sequence[_Want], cooling: set[tuple[str, str]]
-) -> _Candidate | None:
-    """The node, tier and want to act on for ``spec``, or None when nothing is worth doing."""
+) -> list[_Candidate]:
+    """The tier and want to act on for ``spec``, one option per equally good node; none: nothing to do."""
     per_node: list[tuple[_Candidate, _Book]] = []
     ordered = sorted(wants, key=lambda w: (not w.demand, w.t0))
     for name, book in rnd.books.items():
@@ -610,15 +619,15 @@ def _best_candidate(
         if best is not None:
             per_node.append((best, book))
     if not per_node:
-        return None
-    # A node that already holds the model closer wins (fewer hops), then value, then free room.
-    chosen, _ = max(
-        per_node, key=lambda cb: (-cb[0].frm.level, cb[0].value, cb[1].free(cb[0].tier), cb[0].node)
-    )
+        return []
+    # A node that already holds the model closer wins (fewer hops), then value; among the nodes left,
+    # the one with the most free room when it is placed (see plan_detailed).
+    top = max((-c.frm.level, c.value) for c, _ in per_node)
+    options = [c for c, _ in per_node if (-c.frm.level, c.value) == top]
     # Already somewhere at least as close on some node: nothing to do for this model.
-    if any(b.closest(spec.id).level <= chosen.tier.level for b in rnd.books.values()):
-        return None
-    return chosen
+    if any(b.closest(spec.id).level <= options[0].tier.level for b in rnd.books.values()):
+        return []
+    return options
 
 
 def _tier_key(c: _Candidate) -> tuple[bool, float, float, int]:
