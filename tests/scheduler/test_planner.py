@@ -257,3 +257,12 @@ def test_copy_of_an_old_version_does_not_count_as_holding_the_model() -> None:
     r = report("a", {Tier.L1: [old], Tier.L2: [old]}, capacity=CAP)
     orders = plan(NOW, {}, [hint("chat")], catalog(spec("chat", 2 * GB)), state(cluster("a"), r), CONFIG)
     assert [(o.model, o.version, o.action) for o in orders] == [("chat", "1", OrderAction.PREFETCH)]
+
+
+def test_staging_spreads_models_over_nodes_instead_of_piling_them_on_one() -> None:
+    names = [f"m{i}" for i in range(6)]
+    cat = catalog(*(spec(n, 100 * GB) for n in names))
+    forecasts = {n: flat_forecast(n, 0.01) for n in names}
+    orders = plan(NOW, forecasts, [], cat, state(cluster("a", "b")), CONFIG)
+    per_node = {node: sum(o.node == node for o in orders) for node in ("a", "b")}
+    assert per_node == {"a": 3, "b": 3}
