@@ -38,6 +38,7 @@ class SelectionConfig:
     fold_days: float = 1.0
     short_history_days: float = 2.0
     tolerance: float = 0.01
+    sparse_tolerance: float = 0.05
     min_positives: int = 100
     dormant_hours: float = 12.0
     state_minutes: int = 10
@@ -161,8 +162,10 @@ def _backtest_select(history: History, config: SelectionConfig) -> list[Choice]:
         best_scale[:, j] = SCALE_GRID[k]
     # Within ``tolerance`` of the best, the earlier (simpler) family wins: a day or two of validation on
     # a sparse series cannot tell families apart, and the simpler one generalises better.
+    # With few positive windows the validation score is mostly noise, so the margin grows.
     best = scores.min(axis=1, keepdims=True)
-    winner = np.argmax(scores <= best * (1.0 + config.tolerance) + 1e-12, axis=1)
+    margin = np.where(positives < config.min_positives, config.sparse_tolerance, config.tolerance)[:, None]
+    winner = np.argmax(scores <= best * (1.0 + margin) + 1e-12, axis=1)
     # Too few positive windows to estimate a calibration factor: keep the Poisson formula (c = 1).
     best_scale[positives < config.min_positives] = 1.0
     few_active = (positives_active < config.min_positives) | (known_active < config.min_positives)
