@@ -164,7 +164,9 @@ class ForecastSettings(_Section):
         default=None, description="MLflow tracking URI; unset = file store under data_dir/mlruns"
     )
     holdout_days: float = Field(default=3.0, gt=0, description="days a retrain backtests on before promoting")
-    selection_folds: int = Field(default=2, ge=1, le=7, description="rolling-origin folds for family selection")
+    selection_folds: int = Field(
+        default=2, ge=1, le=7, description="rolling-origin folds for family selection"
+    )
     selection_fold_days: float = Field(default=1.0, gt=0, description="days each selection fold scores")
 
 
