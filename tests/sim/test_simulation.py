@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 
 from forecaster import ModelForecast
@@ -50,10 +52,10 @@ def _run(
     requests: list[tuple[float, str]],
     catalog: Catalog,
     cluster: Cluster,
-    forecasts=None,
+    forecasts: Callable[[float], Mapping[str, ModelForecast]] | None = None,
     start: float = SURGE - 3600,
     end: float = SURGE + 1800,
-) -> SimReport:  # type: ignore[no-untyped-def]
+) -> SimReport:
     policy = (
         ReactivePolicy()
         if policy_name == "reactive"
@@ -106,7 +108,7 @@ def test_no_tier_is_ever_over_committed_when_cold_models_pile_up() -> None:
         assert report.requests == 6
 
 
-def _flat_forecast(model: str, p_minute: float):  # type: ignore[no-untyped-def]
+def _flat_forecast(model: str, p_minute: float) -> Callable[[float], dict[str, ModelForecast]]:
     def source(now: float) -> dict[str, ModelForecast]:
         start = now // 60 * 60
         p_any = np.full(120, p_minute)
