@@ -21,10 +21,10 @@ L2 out to L3), or the target falls back one tier, or the candidate waits for a l
 
 Hysteresis keeps the plan from thrashing: a resident is only demoted to make room when it is worth less
 than the newcomer (which also pays ``miss``, a resident does not) and was neither loaded nor used within
-``min_residence_s``; a resident cools down on its own only when a request in the window has become
-unlikely (``P < cool_p``) or its benefit falls below ``keep_ratio`` times a configured holding cost, one
-tier per round at most; and a model evicted as a misprediction is not fetched again within
-``cooldown_s``.
+``min_residence_s``; a resident cools down on its own only under pressure, one tier per round at most,
+and only when a request in the window has become unlikely (out of GPU memory, ``P < cool_p``) or its
+benefit falls below ``keep_ratio`` times a configured holding cost; and a model evicted as a
+misprediction is not fetched again within ``cooldown_s``.
 
 Order ids are a digest of (node, model, version, action, tier, time bucket of the reason), so the same
 decision taken in two rounds, or by two scheduler replicas, has the same id and is applied once.
@@ -96,7 +96,7 @@ class PlannerConfig:
     P > 2/3 with 2, so that mispredictions stay a small share of prefetches; 0 prefetches on any chance.
     """
     cool_p: float = 0.05
-    """A forecast resident of L0/L1 is demoted on its own (not to make room) when P(request in the
+    """A forecast resident of L0 is demoted on its own (not to make room) when P(request in the
     window) falls below this: it keeps room for a demand load that would otherwise evict by LRU."""
     min_residence_s: float = 120.0
     """A model loaded or used this recently is never demoted to make room for a speculative prefetch."""
@@ -786,12 +786,15 @@ def _headroom(rnd: _Round, tier: Tier, wanted: Sequence[str]) -> int:
 def _cool_down(
     rnd: _Round, forecasts: Mapping[str, ModelForecast], hints: Sequence[Hint], wanted: Sequence[str]
 ) -> None:
-    """Demote a forecast model out of L0/L1 once a request has become unlikely.
+    """Demote a forecast model out of GPU memory once a request has become unlikely.
 
     Idle memory costs nothing, so a model that may still be wanted is left where it is and only moved
-    to make room for something worth more (``_make_room``). A model with ``P < cool_p`` (or, with a
-    configured holding price, benefit below ``keep_ratio`` of it) goes one tier down, so that a demand
-    load finds room without the executor's LRU picking a victim blindly. At most one demotion per model
+    to make room for something worth more (``_make_room``). A model in L0 with ``P < cool_p`` goes to
+    L1, so that a demand load finds room without the executor's LRU picking a victim blindly; undoing
+    a wrong call costs a few seconds. Host memory cools only with a configured holding price (benefit
+    below ``keep_ratio`` of it): a wrong demotion to disk costs a 20 s reload of a 140 GB model, and on
+    noisy forecasts cooling there served more requests from disk than leaving it to room-making and the
+    executor's LRU did. At most one demotion per model
     per round: L0→L1 and L1→L2 in the same round would throw away the copy just made. A tier cools only
     under pressure: when the biggest model wanted in the coming window would not fit in its free room.
     Only models with a forecast cool down: with no signal at all the planner leaves a resident alone.
@@ -825,7 +828,7 @@ def _cool_down(
                 if any(entry.model in book.held[t] for t in CACHE_TIERS if t.level < tier.level):
                     continue
                 p = forecast.p_window(now, now + config.window_s)
-                if p >= config.cool_p:
+                if tier is not Tier.L0 or p >= config.cool_p:
                     price = config.price_per_gb_s.get(tier, 0.0)
                     cost = spec.size_bytes / 1e9 * config.window_s * price
                     saved = _raw_lead(book.node, spec.size_bytes, lower, tier, config)
