@@ -76,8 +76,7 @@ def demo(
             )
 
         # 3. demand ----------------------------------------------------------------------------------
-        from ingest import DemandStore, generate
-        from ingest._window import Cell
+        from ingest import Cell, DemandStore, generate
 
         trace = generate(fleet, days, seed=7, start=DEMO_START)
         store_url = f"sqlite:///{root / 'demand.db'}"
