@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def demo(
     from prewarm import Tier
 
     cache = root / "cache"
-    with _closing(Executor(catalog, settings, cache_dir=cache)) as node:
+    with contextlib.closing(Executor(catalog, settings, cache_dir=cache)) as node:
         _say("executor", f"device {node.device}, L2 cache {cache}")
         for spec in catalog:
             node.evict(spec.id, Tier.L2)  # start cold every run, so the demo shows the whole path
@@ -125,9 +126,10 @@ def demo(
         from prewarm import Hint
         from scheduler import Cluster, PlannerConfig, SchedulerCore
 
+        l0 = node.state().tier(Tier.L0)
         cluster = Cluster.single_node(
             settings.executor.node_name,
-            l0_bytes=node.state().tier(Tier.L0).capacity_bytes if node.state().tier(Tier.L0) else 0,
+            l0_bytes=l0.capacity_bytes if l0 is not None else 0,
             l1_bytes=settings.executor.l1_budget_bytes,
             l2_bytes=settings.executor.l2_budget_bytes,
         )
@@ -176,16 +178,3 @@ def demo(
     )
     typer.echo(render_table(reports))
     _say("done", f"in {time.perf_counter() - began:.0f} s; everything is under {root}")
-
-
-class _closing:
-    """``contextlib.closing`` with the executor's type kept for mypy."""
-
-    def __init__(self, node: object) -> None:
-        self.node = node
-
-    def __enter__(self):  # type: ignore[no-untyped-def]
-        return self.node
-
-    def __exit__(self, *_: object) -> None:
-        self.node.close()  # type: ignore[attr-defined]
