@@ -42,6 +42,9 @@ def synthetic(
     start: str | None = typer.Option(
         None, help="Event time of the first minute (epoch s or ISO-8601); default: so the traffic ends now."
     ),
+    catalog_ids: bool = typer.Option(
+        False, "--catalog-ids", help="Name the models after the catalog's (PREWARM_CATALOG), in order."
+    ),
 ) -> None:
     """Seasonal synthetic traffic: diurnal and weekly cycles, cron spikes, long tail, bursts, launches."""
     from ingest import generate
@@ -50,7 +53,18 @@ def synthetic(
     ends_now = float(int((time.time() - days * 86_400) // 60) * 60)
     origin = ends_now if start is None else parse_time(start)
     trace = generate(models, days, seed=seed, start=origin)
-    _replay(ctx, trace.events, speedup, f"synthetic ({models} models, {days:g} days)")
+    events = trace.events
+    if catalog_ids:
+        from models import Catalog
+        from prewarm import ConfigError
+
+        path = settings_of(ctx).core.catalog
+        if path is None:
+            raise ConfigError("--catalog-ids needs PREWARM_CATALOG", setting="PREWARM_CATALOG")
+        names = dict(zip(trace.models, Catalog.load(path).ids(), strict=False))
+        # Models beyond the catalog's size keep their synthetic names (and are ignored by the planner).
+        events = events.assign(model=events["model"].cat.rename_categories(lambda m: names.get(m, m)))
+    _replay(ctx, events, speedup, f"synthetic ({models} models, {days:g} days)")
 
 
 @app.command("trace")

@@ -103,6 +103,31 @@ def test_produce_synthetic_lands_with_the_generators_counts(
 
 
 @pytest.mark.kafka
+def test_produce_synthetic_can_name_its_models_after_the_catalog(
+    tmp_path: Path, kafka_settings: KafkaSettings, ingest_settings: IngestSettings
+) -> None:
+    from models import synth_catalog
+
+    catalog = synth_catalog(tmp_path / "weights", [100_000, 100_000])
+    make_topic(kafka_settings, partitions=1)
+    url = f"sqlite:///{tmp_path / 'demand.db'}"
+    env = cli_env(kafka_settings, ingest_settings, url) | {
+        "PREWARM_CATALOG": str(tmp_path / "weights/catalog.yaml")
+    }
+    start = 1_700_000_040
+    args = ["--models", "3", "--days", "0.05", "--start", str(start), "--seed", "3", "--catalog-ids"]
+    invoke(env, "produce", "synthetic", *args)
+    trace = generate(3, 0.05, seed=3, start=start)
+    with DemandStore(url) as store:
+        consume_all(store, kafka_settings, ingest_settings, len(trace.events))
+        seen = store.models_seen()
+    # The first two synthetic models take the catalog's ids; the third keeps its own name.
+    names = dict(zip(trace.models, [*catalog.ids(), trace.models[2]], strict=True))
+    assert seen == sorted({names[m] for m in trace.events["model"].astype(str)})
+    assert "demo-00" in seen
+
+
+@pytest.mark.kafka
 def test_stats_text_output_names_the_group_and_partitions(
     tmp_path: Path, kafka_settings: KafkaSettings, ingest_settings: IngestSettings
 ) -> None:
