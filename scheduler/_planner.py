@@ -242,6 +242,7 @@ class _Round:
     deferred: list[Placement] = field(default_factory=list)
     mispredictions: list[tuple[str, str]] = field(default_factory=list)
     moved: set[str] = field(default_factory=set)
+    wants: Mapping[str, list[_Want]] = field(default_factory=dict)
 
 
 def plan_detailed(
@@ -255,6 +256,7 @@ def plan_detailed(
     """``plan`` with its reasoning: placements, deferred candidates and counted mispredictions."""
     rnd = _Round(now=now, config=config, catalog=catalog, books={})
     wants = _wants(now, forecasts, hints, catalog, config, list(cluster.nodes.values()))
+    rnd.wants = wants
     for name in sorted(cluster.nodes):
         rnd.books[name] = _open_book(cluster.nodes[name], now, config, catalog, wants)
     _book_pending(rnd, cluster)
@@ -650,7 +652,15 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
         trial = book.copy()
         moves: list[tuple[str, Tier, Tier]] = []
         path = [t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level]
-        if all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path):
+        fits = all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path)
+        if fits and tier is Tier.L0 and not cand.want.demand:
+            # Only GPU memory: reserving host memory the same way (measured) dropped more useful L1
+            # prefetches than wasted ones, and a 20 s disk reload is worth the risk of a miss there.
+            # Compared on the last hop alone, as the waiting model's worth is: the candidate's value
+            # also counts the hops from disk, which the waiting model has already made.
+            last_hop = _net(spec, cand.want, book.node, Tier.L1, Tier.L0, rnd.config)
+            fits = trial.free(Tier.L0) - spec.size_bytes >= _reserve(rnd, trial, Tier.L0, last_hop, spec.id)
+        if fits:
             for t in path:
                 trial.put(t, spec.id, _Entry(spec.id, spec.size_bytes, value, True, True))
             rnd.books[cand.node] = trial
@@ -669,6 +679,32 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
     rnd.deferred.append(
         Placement(spec.id, cand.node, cand.tier, cand.want.reason, cand.not_before, deadline, value)
     )
+
+
+def _reserve(rnd: _Round, book: _Book, tier: Tier, value: float, newcomer: str) -> int:
+    """Bytes of ``tier`` a speculative prefetch worth ``value`` must leave free on this node.
+
+    A model worth more in ``tier`` that no node holds there, but this node holds one tier farther, is
+    what the next request here loads, and the executor's LRU then evicts the least recently used copy:
+    the speculative one, which nothing has used yet. So that room is not the prefetch's to take: on a
+    single node whose GPU a 140 GB model shares, most prefetches were evicted this way within seconds
+    of arriving, unused.
+    """
+    lower = tier.farther()
+    if lower not in CACHE_TIERS:
+        return 0
+    soon = rnd.now + rnd.config.window_s
+    reserve = 0
+    for model in book.held[lower]:
+        spec = rnd.catalog.get(model)
+        if spec is None or model == newcomer or spec.size_bytes <= reserve:
+            continue
+        if any(model in b.held[t] for b in rnd.books.values() for t in CACHE_TIERS if t.level <= tier.level):
+            continue
+        saved = _raw_lead(book.node, spec.size_bytes, lower, tier, rnd.config)
+        if any(w.p * saved * spec.priority.weight > value for w in rnd.wants.get(model, []) if w.t0 <= soon):
+            reserve = spec.size_bytes
+    return reserve
 
 
 def _make_room(book: _Book, tier: Tier, need: int, value: float, moves: list[tuple[str, Tier, Tier]]) -> bool:

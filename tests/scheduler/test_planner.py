@@ -266,3 +266,19 @@ def test_staging_spreads_models_over_nodes_instead_of_piling_them_on_one() -> No
     orders = plan(NOW, forecasts, [], cat, state(cluster("a", "b")), CONFIG)
     per_node = {node: sum(o.node == node for o in orders) for node in ("a", "b")}
     assert per_node == {"a": 3, "b": 3}
+
+
+def test_gpu_prefetch_leaves_room_for_a_more_valuable_model_waiting_in_host_memory() -> None:
+    # The next request for "big" would make the executor evict by LRU: the unused small prefetch.
+    cap = {Tier.L0: 160 * GB, Tier.L1: 400 * GB, Tier.L2: 2000 * GB}
+    big = resident("big", 140 * GB, loaded_at=NOW - 3600, last_used=NOW - 900)
+    small = resident("small", 28 * GB, loaded_at=NOW - 3600)
+    r = report("a", {Tier.L1: [big], Tier.L2: [big, small]}, capacity=cap)
+    cat = catalog(spec("big", 140 * GB), spec("small", 28 * GB))
+    forecasts = {m: flat_forecast(m, 0.3) for m in ("big", "small")}
+    c = cluster("a", l0=160 * GB, l1=400 * GB)
+    orders = plan(NOW, forecasts, [], cat, state(c, r), CONFIG)
+    assert {(o.model, o.action, o.tier) for o in orders} == {
+        ("small", OrderAction.PREFETCH, Tier.L1),
+        ("big", OrderAction.PREFETCH, Tier.L0),
+    }
