@@ -18,9 +18,9 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from pydantic import BaseModel, ValidationError
 
 from executor import Executor
-from models import Catalog
+from models import CatalogWatcher
 from prewarm import (
     BrokerError,
     CapacityError,
@@ -49,6 +49,7 @@ from prewarm import (
     get_logger,
 )
 from prewarm._metrics import counter, histogram, render
+from prewarm.kafka import bootstrap_servers, broker_errors
 
 __all__ = ["ExecutorDaemon", "LoadRequest"]
 
@@ -63,16 +64,6 @@ _LOAD_WAIT = histogram(
     ["served_from"],
     buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 180),
 )
-
-
-@contextmanager
-def _broker_errors(what: str) -> Iterator[None]:
-    try:
-        yield
-    except KafkaError as exc:
-        raise BrokerError(f"{what}: {type(exc).__name__}: {exc}", transient=bool(exc.retriable)) from exc
-    except OSError as exc:
-        raise BrokerError(f"{what}: {exc}", transient=True) from exc
 
 
 class LoadRequest(BaseModel):
@@ -95,8 +86,8 @@ class ExecutorDaemon:
         self.node = executor.settings.node_name
         self._kafka = kafka
         self._state_interval_s = state_interval_s
-        self._catalog_path = catalog_path
-        self._catalog_mtime = catalog_path.stat().st_mtime if catalog_path else None
+        # A changed catalog file is picked up so new versions are served and stale copies never are.
+        self._catalog = CatalogWatcher(catalog_path) if catalog_path else None
         self._group = f"{group_prefix}-{self.node}"
         self._stop = threading.Event()
         self._state_due = threading.Event()
@@ -116,8 +107,8 @@ class ExecutorDaemon:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> ExecutorDaemon:
-        servers = self._kafka.kafka_bootstrap.split(",")
-        with _broker_errors("executor topics"):
+        servers = bootstrap_servers(self._kafka)
+        with broker_errors("executor topics"):
             admin = KafkaAdminClient(
                 bootstrap_servers=servers, client_id=f"{self._kafka.kafka_client_id}-executor"
             )
@@ -135,7 +126,7 @@ class ExecutorDaemon:
                         admin.create_topics([topic])
             finally:
                 admin.close()
-        with _broker_errors("connect state producer"):
+        with broker_errors("connect state producer"):
             self._producer = KafkaProducer(
                 bootstrap_servers=servers,
                 client_id=f"{self._kafka.kafka_client_id}-executor-{self.node}",
@@ -169,10 +160,10 @@ class ExecutorDaemon:
 
     def _consume(self) -> None:
         try:
-            with _broker_errors("follow orders"):
+            with broker_errors("follow orders"):
                 consumer = KafkaConsumer(
                     self._kafka.topic_orders,
-                    bootstrap_servers=self._kafka.kafka_bootstrap.split(","),
+                    bootstrap_servers=bootstrap_servers(self._kafka),
                     client_id=f"{self._kafka.kafka_client_id}-executor-{self.node}",
                     group_id=self._group,
                     enable_auto_commit=False,
@@ -270,7 +261,8 @@ class ExecutorDaemon:
         while not self._stop.is_set():
             self._state_due.wait(self._state_interval_s)
             self._state_due.clear()
-            self._reload_catalog()
+            if self._catalog is not None and (catalog := self._catalog.poll()) is not None:
+                self.executor.update_catalog(catalog)
             try:
                 self.publish_state()
             except (BrokerError, PrewarmError) as exc:
@@ -279,25 +271,12 @@ class ExecutorDaemon:
     def publish_state(self) -> None:
         assert self._producer is not None
         state = self.executor.state()
-        with _broker_errors("publish state"):
+        with broker_errors("publish state"):
             self._producer.send(
                 self._kafka.topic_executor_state,
                 key=self.node.encode(),
                 value=state.model_dump_json().encode(),
             ).get(timeout=10)
-
-    def _reload_catalog(self) -> None:
-        """Pick up a changed catalog file, so new versions are served and stale copies never are."""
-        if self._catalog_path is None:
-            return
-        try:
-            mtime = self._catalog_path.stat().st_mtime
-            if mtime != self._catalog_mtime:
-                self.executor.update_catalog(Catalog.load(self._catalog_path))
-                self._catalog_mtime = mtime
-                log.info("catalog reloaded", extra={"path": str(self._catalog_path)})
-        except (OSError, PrewarmError) as exc:
-            log.warning("catalog reload failed; keeping the current one", extra={"error": str(exc)})
 
     # ------------------------------------------------------------------ HTTP
 

@@ -20,9 +20,10 @@ from kafka import KafkaConsumer, TopicPartition
 
 from prewarm._exceptions import PrewarmError
 from prewarm._settings import IngestSettings, KafkaSettings
+from prewarm.kafka import broker_errors
 
 from ._consumer import IngestConsumer
-from ._kafka import broker_errors, consumer_config, create_topic
+from ._kafka import consumer_config, create_topic
 from ._producer import RequestLogProducer
 from ._store import DemandStore
 

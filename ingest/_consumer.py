@@ -31,10 +31,11 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from prewarm._exceptions import BrokerError, InvalidEvent, StorageError
 from prewarm._logging import get_logger
 from prewarm._settings import IngestSettings, KafkaSettings
+from prewarm.kafka import broker_errors
 
 from ._dlq import DeadLetterWriter
 from ._fastpath import Fields, fast_fields, parse_fields
-from ._kafka import broker_errors, consumer_config
+from ._kafka import consumer_config
 from ._metrics import METRICS
 from ._store import DemandStore, OffsetConflict, OffsetUpdate
 from ._window import MinuteAggregator, Verdict, WindowPolicy

@@ -23,8 +23,9 @@ from typing import Any
 from kafka import KafkaProducer
 
 from prewarm._settings import KafkaSettings
+from prewarm.kafka import broker_errors
 
-from ._kafka import broker_errors, make_producer
+from ._kafka import make_producer
 
 __all__ = ["DeadLetter", "DeadLetterWriter", "decode_dead_letter"]
 

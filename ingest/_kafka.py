@@ -6,42 +6,22 @@ Every kafka-python call of this package goes through ``broker_errors`` so that c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import TopicAlreadyExistsError
 
-from prewarm._exceptions import BrokerError
 from prewarm._settings import KafkaSettings
+from prewarm.kafka import bootstrap_servers, broker_errors
 
-__all__ = ["broker_errors", "consumer_config", "create_topic", "end_offsets"]
-
-
-@contextmanager
-def broker_errors(what: str) -> Iterator[None]:
-    """Translate kafka-python errors raised inside the block into ``BrokerError``."""
-    try:
-        yield
-    except BrokerError:
-        raise
-    except KafkaError as exc:
-        retriable = bool(getattr(exc, "retriable", False)) or type(exc).__name__ in (
-            "NoBrokersAvailable",
-            "KafkaTimeoutError",
-            "KafkaConnectionError",
-        )
-        raise BrokerError(f"{what}: {type(exc).__name__}: {exc}", transient=retriable) from exc
-    except (OSError, ValueError) as exc:  # DNS, sockets, bad bootstrap strings
-        raise BrokerError(f"{what}: {exc}", transient=isinstance(exc, OSError)) from exc
+__all__ = ["consumer_config", "create_topic", "end_offsets", "make_producer"]
 
 
 def consumer_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
     """Fetch tuning shared by the ingest consumer and the bare baseline of the benchmark."""
     config: dict[str, Any] = {
-        "bootstrap_servers": kafka.kafka_bootstrap.split(","),
+        "bootstrap_servers": bootstrap_servers(kafka),
         "client_id": kafka.kafka_client_id,
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
@@ -66,9 +46,7 @@ def consumer_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
 def create_topic(kafka: KafkaSettings, topic: str, partitions: int = 1) -> bool:
     """Create ``topic`` if missing; returns whether it was created."""
     with broker_errors(f"create topic {topic}"):
-        admin = KafkaAdminClient(
-            bootstrap_servers=kafka.kafka_bootstrap.split(","), client_id=kafka.kafka_client_id
-        )
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers(kafka), client_id=kafka.kafka_client_id)
         try:
             admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
             return True
@@ -84,7 +62,7 @@ def end_offsets(kafka: KafkaSettings, topic: str, timeout_s: float = 10.0) -> di
 
     with broker_errors(f"end offsets of {topic}"):
         consumer = KafkaConsumer(
-            bootstrap_servers=kafka.kafka_bootstrap.split(","),
+            bootstrap_servers=bootstrap_servers(kafka),
             client_id=kafka.kafka_client_id,
             enable_auto_commit=False,
             request_timeout_ms=int(timeout_s * 1000) + 1000,
@@ -102,5 +80,5 @@ def end_offsets(kafka: KafkaSettings, topic: str, timeout_s: float = 10.0) -> di
 def make_producer(kafka: KafkaSettings, **config: Any) -> KafkaProducer:
     with broker_errors("connect producer"):
         return KafkaProducer(
-            bootstrap_servers=kafka.kafka_bootstrap.split(","), client_id=kafka.kafka_client_id, **config
+            bootstrap_servers=bootstrap_servers(kafka), client_id=kafka.kafka_client_id, **config
         )

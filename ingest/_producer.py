@@ -18,8 +18,9 @@ from typing import Any
 from prewarm._exceptions import BrokerError
 from prewarm._schemas import RequestEvent
 from prewarm._settings import IngestSettings, KafkaSettings
+from prewarm.kafka import broker_errors
 
-from ._kafka import broker_errors, make_producer
+from ._kafka import make_producer
 
 __all__ = ["RequestLogProducer", "encode_event"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models._catalog import CATALOG_VERSION, Catalog, CatalogProblem
+from models._catalog import CATALOG_VERSION, Catalog, CatalogProblem, CatalogWatcher
 from models._spec import SUPPORTED_SCHEMES, ModelSpec, PriorityClass
 from models._synth import TransformerShape, shape_for_size, synth_catalog, write_safetensors
 
@@ -11,6 +11,7 @@ __all__ = [
     "SUPPORTED_SCHEMES",
     "Catalog",
     "CatalogProblem",
+    "CatalogWatcher",
     "ModelSpec",
     "PriorityClass",
     "TransformerShape",

@@ -14,9 +14,11 @@ import yaml
 from pydantic import ValidationError
 
 from models._spec import ModelSpec
-from prewarm import ConfigError, UnknownModel
+from prewarm import ConfigError, UnknownModel, get_logger
 
-__all__ = ["CATALOG_VERSION", "Catalog", "CatalogProblem"]
+__all__ = ["CATALOG_VERSION", "Catalog", "CatalogProblem", "CatalogWatcher"]
+
+log = get_logger(__name__)
 
 CATALOG_VERSION = 1
 
@@ -126,3 +128,38 @@ class Catalog:
 
     def ids(self) -> list[str]:
         return list(self._specs)
+
+
+class CatalogWatcher:
+    """Re-reads a catalog file when it changes, so long-running services pick up new versions.
+
+    ``poll`` returns the new catalog once per change, or None. A file that fails validation is logged
+    and skipped: the service keeps the catalog it has rather than stopping (degrade, don't die).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._mtime = self._stat()
+
+    def _stat(self) -> float | None:
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return None
+
+    def poll(self) -> Catalog | None:
+        mtime = self._stat()
+        if mtime is None or mtime == self._mtime:
+            return None
+        try:
+            catalog = Catalog.load(self.path)
+        except ConfigError as exc:
+            log.warning(
+                "catalog reload failed; keeping the current one",
+                extra={"path": str(self.path), "error": str(exc)},
+            )
+            return None
+        finally:
+            self._mtime = mtime
+        log.info("catalog reloaded", extra={"path": str(self.path), "models": len(catalog)})
+        return catalog

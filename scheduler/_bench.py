@@ -23,9 +23,10 @@ from kafka import KafkaConsumer, TopicPartition
 
 from models import Catalog, ModelSpec
 from prewarm import Order, Settings, get_logger
+from prewarm.kafka import bootstrap_servers, broker_errors
 from scheduler._auth import Authenticator
 from scheduler._cluster import Cluster
-from scheduler._kafka import broker_errors, ensure_topics
+from scheduler._kafka import ensure_topics
 from scheduler._serve import BackgroundServer
 
 __all__ = ["WARMUP", "bench_hints"]
@@ -42,7 +43,7 @@ class _OrderWatch:
         kafka = settings.kafka
         with broker_errors("watch orders"):
             self._consumer = KafkaConsumer(
-                bootstrap_servers=kafka.kafka_bootstrap.split(","),
+                bootstrap_servers=bootstrap_servers(kafka),
                 client_id=f"{kafka.kafka_client_id}-bench-hints",
                 enable_auto_commit=False,
                 fetch_max_wait_ms=5,  # the measurement, not the poll interval, should dominate

@@ -7,8 +7,8 @@ help), so the rest of the scheduler never sees a kafka type.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -17,32 +17,11 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from pydantic import ValidationError
 
 from prewarm import BrokerError, ExecutorState, KafkaSettings, Order, get_logger
+from prewarm.kafka import bootstrap_servers, broker_errors
 
-__all__ = ["OrderPublisher", "StateFollower", "broker_errors", "ensure_topics"]
+__all__ = ["OrderPublisher", "StateFollower", "ensure_topics"]
 
 log = get_logger(__name__)
-
-
-@contextmanager
-def broker_errors(what: str) -> Iterator[None]:
-    """Translate kafka-python errors raised inside the block into ``BrokerError``."""
-    try:
-        yield
-    except BrokerError:
-        raise
-    except KafkaError as exc:
-        transient = bool(getattr(exc, "retriable", False)) or type(exc).__name__ in (
-            "NoBrokersAvailable",
-            "KafkaTimeoutError",
-            "KafkaConnectionError",
-        )
-        raise BrokerError(f"{what}: {type(exc).__name__}: {exc}", transient=transient) from exc
-    except OSError as exc:
-        raise BrokerError(f"{what}: {exc}", transient=True) from exc
-
-
-def _servers(kafka: KafkaSettings) -> list[str]:
-    return [s.strip() for s in kafka.kafka_bootstrap.split(",")]
 
 
 def ensure_topics(kafka: KafkaSettings, *, partitions: int = 1) -> None:
@@ -59,7 +38,7 @@ def ensure_topics(kafka: KafkaSettings, *, partitions: int = 1) -> None:
         ),
     ]
     with broker_errors("create scheduler topics"):
-        admin = KafkaAdminClient(bootstrap_servers=_servers(kafka), client_id=kafka.kafka_client_id)
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers(kafka), client_id=kafka.kafka_client_id)
         try:
             for topic in wanted:
                 with suppress(TopicAlreadyExistsError):
@@ -76,7 +55,7 @@ class OrderPublisher:
         self._timeout_s = timeout_s
         with broker_errors("connect order producer"):
             self._producer = KafkaProducer(
-                bootstrap_servers=_servers(kafka),
+                bootstrap_servers=bootstrap_servers(kafka),
                 client_id=f"{kafka.kafka_client_id}-scheduler",
                 acks="all",
                 linger_ms=0,  # an order is latency-critical; batching buys nothing at this rate
@@ -129,7 +108,7 @@ class StateFollower:
         topic = self._kafka.topic_executor_state
         with broker_errors("follow executor state"):
             consumer = KafkaConsumer(
-                bootstrap_servers=_servers(self._kafka),
+                bootstrap_servers=bootstrap_servers(self._kafka),
                 client_id=f"{self._kafka.kafka_client_id}-scheduler-state",
                 enable_auto_commit=False,
                 fetch_max_wait_ms=100,

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
 from forecaster import ModelForecast
-from models import Catalog
+from models import Catalog, CatalogWatcher
 from prewarm import BrokerError, ConfigError, Hint, Order, PrewarmError, Settings, get_logger
 from prewarm._metrics import counter
 from scheduler._cluster import Cluster
@@ -118,8 +118,7 @@ class Runtime:
     ) -> None:
         """``jobstore_url`` defaults to ``settings.database_url``; a benchmark passes a scratch one.
         With ``catalog_path`` the catalog is re-read at each planning tick after the file changed."""
-        self._catalog_path = catalog_path
-        self._catalog_mtime = catalog_path.stat().st_mtime if catalog_path else None
+        self._catalog = CatalogWatcher(catalog_path) if catalog_path else None
         self.settings = settings
         self._jobstore_url = jobstore_url or settings.database_url
         self._clock = clock
@@ -297,7 +296,8 @@ class Runtime:
 
     def tick(self) -> None:
         now = self._clock()
-        self._reload_catalog()
+        if self._catalog is not None and (catalog := self._catalog.poll()) is not None:
+            self.core.update_catalog(catalog)
         try:
             forecasts, demand = self._signals(now)
         except PrewarmError as exc:
@@ -306,18 +306,6 @@ class Runtime:
         else:
             self.core.set_signals(forecasts=forecasts, demand=demand)
         self.core.replan()
-
-    def _reload_catalog(self) -> None:
-        if self._catalog_path is None:
-            return
-        try:
-            mtime = self._catalog_path.stat().st_mtime
-            if mtime != self._catalog_mtime:
-                self.core.update_catalog(Catalog.load(self._catalog_path))
-                self._catalog_mtime = mtime
-                log.info("catalog reloaded", extra={"path": str(self._catalog_path)})
-        except (OSError, ConfigError) as exc:
-            log.warning("catalog reload failed; planning with the current one", extra={"error": str(exc)})
 
     def _demand_store(self) -> Any:
         if self._store is None:

@@ -112,3 +112,24 @@ def test_synth_cli_writes_catalog(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert len(Catalog.load(tmp_path / "catalog.yaml")) == 3
+
+
+def test_watcher_returns_a_changed_catalog_once_and_skips_a_broken_one(tmp_path: Path) -> None:
+    import os
+
+    from models import CatalogWatcher
+
+    path = _write(tmp_path / "c.yaml", [_entry()])
+    watcher = CatalogWatcher(path)
+    assert watcher.poll() is None  # unchanged since the watcher was made
+
+    _write(path, [_entry(), _entry(id="second")])
+    os.utime(path, (1, 1))
+    changed = watcher.poll()
+    assert changed is not None
+    assert changed.ids() == ["llama-8b", "second"]
+    assert watcher.poll() is None
+
+    _write(path, [_entry(id="../etc")])
+    os.utime(path, (2, 2))
+    assert watcher.poll() is None  # invalid: logged, the service keeps what it has

@@ -11,6 +11,7 @@ PINNED = {
         "CATALOG_VERSION",
         "Catalog",
         "CatalogProblem",
+        "CatalogWatcher",
         "ModelSpec",
         "PriorityClass",
         "SUPPORTED_SCHEMES",
