@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from ingest._synthetic import generate
@@ -89,6 +90,7 @@ def test_backtest_with_a_bad_time_is_a_usage_error(tmp_path: Path) -> None:
     assert "--train-until" in result.output
 
 
+@pytest.mark.usefixtures("clean_env")  # the store must be this test's SQLite file, not the stack's
 def test_train_from_the_store_then_show_a_model(tmp_path: Path) -> None:
     from ingest import Cell, DemandStore
 
