@@ -279,10 +279,11 @@ def plan_detailed(
             cs[0].spec.id,
         )
     )
+    heat = {m: f.expected_in(now, now + config.horizon_s) for m, f in forecasts.items()}
     for options in candidates:
         # The node is chosen now, against the books as earlier placements left them: chosen up front,
         # every tie went to the same node and one node held the whole catalog while the other idled.
-        _place(rnd, max(options, key=lambda c: (c.value, rnd.books[c.node].free(c.tier), c.node)))
+        _place(rnd, options[0] if len(options) == 1 else _least_loaded(rnd, options, heat))
     soon = now + config.window_s
     wanted = sorted(m for m, ws in wants.items() if any(w.t0 <= soon for w in ws))
     _cool_down(rnd, forecasts, hints, wanted)
@@ -679,6 +680,22 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
     rnd.deferred.append(
         Placement(spec.id, cand.node, cand.tier, cand.want.reason, cand.not_before, deadline, value)
     )
+
+
+def _least_loaded(rnd: _Round, options: Sequence[_Candidate], heat: Mapping[str, float]) -> _Candidate:
+    """Of equally good nodes, the one whose models will draw the least GPU traffic, then the most room.
+
+    Requests go to the node holding a model closest, so where a model is staged decides which GPU it
+    competes for: two busy 140 GB models on one node's 160 GB take turns, each turn a reload. Load is
+    the forecast's expected requests over the horizon times bytes, summed over the node's models.
+    """
+
+    def load(book: _Book) -> float:
+        models = {m for t in CACHE_TIERS for m in book.held[t]}
+        return sum(heat.get(m, 0.0) * rnd.catalog[m].size_bytes for m in models if m in rnd.catalog)
+
+    loads = {c.node: load(rnd.books[c.node]) for c in options}
+    return max(options, key=lambda c: (c.value, -loads[c.node], rnd.books[c.node].free(c.tier), c.node))
 
 
 def _reserve(rnd: _Round, book: _Book, tier: Tier, value: float, newcomer: str) -> int:

@@ -282,3 +282,17 @@ def test_gpu_prefetch_leaves_room_for_a_more_valuable_model_waiting_in_host_memo
         ("small", OrderAction.PREFETCH, Tier.L1),
         ("big", OrderAction.PREFETCH, Tier.L0),
     }
+
+
+def test_a_busy_model_is_staged_away_from_the_node_of_another_busy_one() -> None:
+    # Requests go where a model is staged: two busy models on one node would take turns on its GPU,
+    # even though the other node has less free disk (it holds cold models).
+    cold = [resident(f"cold{i}", 100 * GB, loaded_at=NOW - 3600) for i in range(5)]
+    busy = resident("busy1", 140 * GB, loaded_at=NOW - 3600)
+    cap = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
+    reports = [report("a", {Tier.L2: cold}, capacity=cap), report("b", {Tier.L2: [busy]}, capacity=cap)]
+    cat = catalog(*(spec(r.model, r.bytes) for r in (*cold, busy)), spec("busy2", 140 * GB))
+    forecasts = {r.model: flat_forecast(r.model, 0.0001) for r in cold}
+    forecasts |= {m: flat_forecast(m, 0.02) for m in ("busy1", "busy2")}
+    orders = plan(NOW, forecasts, [], cat, state(cluster("a", "b"), *reports), CONFIG)
+    assert [(o.model, o.node, o.tier) for o in orders] == [("busy2", "a", Tier.L2)]
