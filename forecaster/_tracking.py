@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from forecaster._backtest import BacktestReport
 from forecaster._bundle import ForecasterBundle
 from prewarm._exceptions import ForecastError, TrackingError
@@ -34,6 +36,25 @@ CHAMPION = "champion"
 # baseline, which keeps runs trained on different weeks comparable; raw Brier would not be.
 DECISION_METRIC = "agg.brier_skill"
 _PYFUNC_CODE = Path(__file__).with_name("_pyfunc_model.py")
+
+
+def _signature() -> Any:
+    """What the pyfunc takes and returns (``_pyfunc_model.py``); stated, since type hints can't say it."""
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types.schema import ColSpec, Schema
+
+    inputs = Schema([ColSpec("double", "now"), ColSpec("long", "horizon_s", required=False)])
+    outputs = Schema(
+        [
+            ColSpec("double", "now"),
+            ColSpec("string", "model"),
+            ColSpec("double", "bucket_start"),
+            ColSpec("double", "expected"),
+            ColSpec("double", "p_any"),
+            ColSpec("string", "family"),
+        ]
+    )
+    return ModelSignature(inputs=inputs, outputs=outputs)
 
 
 @dataclass(frozen=True)
@@ -145,6 +166,9 @@ def log_retrain(
                 python_model=str(_PYFUNC_CODE),
                 artifacts={"bundle": str(bundle_dir)},
                 pip_requirements=[f"mlflow=={mlflow.__version__}", "numpy", "pandas"],
+                signature=_signature(),
+                # A one-row example documents the call; MLflow checks the model answers it when logging.
+                input_example=pd.DataFrame({"now": [float(bundle.trained_until)], "horizon_s": [600]}),
                 registered_model_name=registered_model,
             )
             # Metrics go in after the model: MLflow 3's log_model links every metric already on the run
