@@ -4,7 +4,9 @@ It owns the three local tiers and moves a model towards the GPU along the cheape
 
     L0 hit ─ L1 → L0 ─ L2 → L1 → L0 (overlapped) ─ L3 → L1 + L2 (one pass) → L0
 
-A model that L1 cannot hold goes L2 → L0 through a small pinned staging ring. Demotions copy down
+A model that L1 cannot hold goes L2 → L0 through a small pinned staging ring. On the CPU device, where
+"device memory" is host RAM too, L2 → L0 reads land straight in the L0 buffer instead (no L1 copy, no
+second pass over memory); L1 is filled later, from L0, if a caller asks for it. Demotions copy down
 instead of re-reading: L0 → L1 from device memory, L1 → L2 through the same verified write path as a
 download.
 
@@ -169,6 +171,9 @@ class Executor:
             cfg.l1_budget_bytes, pinned=self.device.type == "cuda", clock=clock, ttl_s=cfg.prefetch_ttl_s
         )
         self.l0 = L0Cache(l0_capacity(cfg, self.device), self.device, clock=clock, ttl_s=cfg.prefetch_ttl_s)
+        # On the CPU device L2 → L0 reads go straight into the L0 buffer; on CUDA through L1 (or the
+        # staging ring) and a side stream. Tests turn it off to run the CUDA structure on the CPU device.
+        self._direct_l0 = self.device.type == "cpu"
         self._gates = {name: LinkGate(name) for name in ("L3->L2", "L2->L1", "L1->L0")}
         self._disk_pool = ThreadPoolExecutor(cfg.read_threads, thread_name_prefix="prewarm-l2")
         self._net_pool = ThreadPoolExecutor(self.s3_settings.s3_concurrency, thread_name_prefix="prewarm-l3")
@@ -366,6 +371,7 @@ class Executor:
 
         When L1 cannot hold the model (bigger than its budget, or everything there in use) and the
         target is L0, the chunks go through a small pinned staging ring instead and L1 is skipped.
+        On the CPU device a load to L0 skips L1 altogether: the chunks are read into the L0 buffer.
         """
         key = spec.key
         try:
@@ -378,12 +384,13 @@ class Executor:
         device_model: DeviceModel | None = None
         block: HostBlock | None = None
         try:
-            try:
-                block = self.l1.reserve(key, obj.size, prefetched=not demand)
-            except CapacityError:
-                if tier is not Tier.L0:
-                    raise
-                log.info("model does not fit L1 now: staging L2 -> L0", extra={"model": spec.id})
+            if tier is not Tier.L0 or not self._direct_l0:
+                try:
+                    block = self.l1.reserve(key, obj.size, prefetched=not demand)
+                except CapacityError:
+                    if tier is not Tier.L0:
+                        raise
+                    log.info("model does not fit L1 now: staging L2 -> L0", extra={"model": spec.id})
             if tier is Tier.L0:
                 device_model = self.l0.reserve(key, obj.size, prefetched=not demand)
             self._read_l2(obj, block, device_model, hops, self._is_demand(key, demand))
@@ -409,6 +416,9 @@ class Executor:
         hops: _Hops,
         is_demand: Callable[[], bool],
     ) -> None:
+        if block is None and device_model is not None and device_model.padded is not None:
+            self._read_l2_into_device(obj, device_model.padded, hops, is_demand)
+            return
         copier = DeviceCopier(device_model.buffer) if device_model is not None else None
         window = 2 * self.settings.read_threads
         with (
@@ -444,6 +454,31 @@ class Executor:
             finally:
                 if copier is not None:
                     copier.finish()
+
+    def _read_l2_into_device(
+        self, obj: L2Object, padded: torch.Tensor, hops: _Hops, is_demand: Callable[[], bool]
+    ) -> None:
+        """L2 → L0 on the CPU device: every chunk read (O_DIRECT) straight into the L0 buffer.
+
+        The reading threads check each chunk's digest as they do for L1; the entry stays invisible
+        until the caller commits it, so a failed chunk leaves nothing behind. Only the disk link is
+        used: there is no host-to-device copy to gate.
+        """
+        mv, address = host_view(padded)
+        window = 2 * self.settings.read_threads
+        with (
+            hops.hop("L2->L0"),
+            self._gates["L2->L1"].transfer(is_demand) as disk,
+            L2Reader(obj, direct=self.settings.l2_direct_io) as reader,
+        ):
+            read_l2(
+                reader,
+                pool=self._disk_pool,
+                window=window,
+                transfer=disk,
+                target=into_buffer(mv, address, obj),
+                landed=lambda _index, _token: None,
+            )
 
     def _l1_to_l0(self, spec: ModelSpec, block: HostBlock, hops: _Hops, demand: bool) -> None:
         key = spec.key

@@ -3,7 +3,9 @@
 One allocation per model (not one per tensor) keeps the caching allocator out of the load path and lets
 the host-to-device copy run as a few large transfers. The budget is bytes, or a fraction of the device
 memory free at start-up with ``l0_reserve_bytes`` always left for the inference engine. On a machine
-without CUDA the ``cpu`` device stands in, through the same code.
+without CUDA the ``cpu`` device stands in, through the same code, except that its buffer is
+page-aligned with room to round the last chunk up, so that L2 reads land in it directly (O_DIRECT, no
+host copy in between: on the CPU device host RAM *is* the device memory).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from executor._l1 import ModelKey
+from executor._l2 import ALIGN, round_up
 from executor._safetensors import Layout
 from executor._tier import PlacementFailed, TierCache
 from prewarm import ExecutorSettings, Tier
@@ -57,6 +60,9 @@ class DeviceModel:
     buffer: torch.Tensor
     layout: Layout | None = None
     tensors: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    # CPU device only: ``buffer`` plus its slack to the next page, page-aligned; what O_DIRECT reads of
+    # the last chunk (rounded up to ``ALIGN``) are given. None on CUDA.
+    padded: torch.Tensor | None = None
 
 
 class L0Cache:
@@ -69,6 +75,11 @@ class L0Cache:
         )
 
     def _place(self, nbytes: int) -> DeviceModel:
+        if self.device.type == "cpu":
+            raw = torch.empty(round_up(nbytes) + ALIGN, dtype=torch.uint8)
+            skip = (-raw.data_ptr()) % ALIGN
+            padded = raw[skip : skip + round_up(nbytes)]
+            return DeviceModel(padded[:nbytes], padded=padded)
         try:
             return DeviceModel(torch.empty(nbytes, dtype=torch.uint8, device=self.device))
         except torch.cuda.OutOfMemoryError as exc:

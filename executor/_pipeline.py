@@ -7,7 +7,7 @@
 - ``read_l2``: L2 → L1: chunks read on several threads (O_DIRECT where possible) straight into the L1
   block, each checked against its digest by the thread that read it; the caller starts the device copy
   of every chunk as soon as it lands. A model that L1 cannot hold goes L2 → L0 through a ``StagingRing``
-  of a few pinned chunks instead.
+  of a few pinned chunks instead. On the CPU device a load to L0 reads into the L0 buffer itself.
 - ``DeviceCopier``: L1 → L0 copies of chunks, asynchronous on a dedicated CUDA stream from pinned memory
   (so they overlap the disk reads), synchronous on the CPU stand-in.
 

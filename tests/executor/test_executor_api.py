@@ -281,6 +281,7 @@ def test_model_bigger_than_l1_reaches_l0_through_a_staging_ring(
 ) -> None:
     size = catalog["m0"].size_bytes
     executor = make_executor(catalog, l1_budget_bytes=size // 2)
+    executor._direct_l0 = False  # the CUDA structure (the CPU device reads straight into L0)
     if start_in is Tier.L2:
         executor.ensure("m0", Tier.L2)
 
