@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from prewarm.cli import app
+
+KEYS = {
+    "reactive_wait_s",
+    "prewarm_wait_s",
+    "wait_ratio",
+    "reactive_p99_s",
+    "prewarm_p99_s",
+    "prefetches",
+    "mispredictions",
+    "misprediction_rate",
+    "over_commit_bytes",
+}
+
+
+def test_bench_sim_writes_the_comparison_as_json(tmp_path: Path) -> None:
+    out = tmp_path / "sim.json"
+    args = [
+        "bench",
+        "sim",
+        "--models",
+        "7",
+        "--days",
+        "3",
+        "--nodes",
+        "1",
+        "--hours",
+        "1",
+        "--json",
+        str(out),
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data.keys() >= KEYS
+    assert data["over_commit_bytes"] == 0
+    assert data["setup"]["nodes"] == 1
+    assert data["reports"]["reactive"]["requests"] == data["reports"]["prewarm"]["requests"]
