@@ -624,7 +624,7 @@ def _best_candidate(
     if not per_node:
         return []
     # A node that already holds the model closer wins (fewer hops), then value; among the nodes left,
-    # the one with the most free room when it is placed (see plan_detailed).
+    # the least loaded when it is placed (see plan_detailed and _least_loaded).
     top = max((-c.frm.level, c.value) for c, _ in per_node)
     options = [c for c, _ in per_node if (-c.frm.level, c.value) == top]
     # Already somewhere at least as close on some node: nothing to do for this model.
@@ -847,10 +847,10 @@ def _cool_down(
     a wrong call costs a few seconds. Host memory cools only with a configured holding price (benefit
     below ``keep_ratio`` of it): a wrong demotion to disk costs a 20 s reload of a 140 GB model, and on
     noisy forecasts cooling there served more requests from disk than leaving it to room-making and the
-    executor's LRU did. At most one demotion per model
-    per round: L0→L1 and L1→L2 in the same round would throw away the copy just made. A tier cools only
-    under pressure: when the biggest model wanted in the coming window would not fit in its free room.
-    Only models with a forecast cool down: with no signal at all the planner leaves a resident alone.
+    executor's LRU did. At most one demotion per model per round: L0→L1 and L1→L2 in the same round
+    would throw away the copy just made. A tier cools only under pressure: when the biggest model wanted
+    in the coming window would not fit in its free room. Only models with a forecast cool down: with no
+    signal at all the planner leaves a resident alone.
     """
     now, config = rnd.now, rnd.config
     hinted = {h.model for h in hints}
