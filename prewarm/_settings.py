@@ -184,6 +184,12 @@ class SchedulerSettings(_Section):
     max_body_bytes: int = Field(default=16 * 1024, ge=256)
     plan_interval_s: float = Field(default=30.0, gt=0)
     misprediction_window_s: float = Field(default=600.0, gt=0)
+    miss_penalty: float = Field(
+        default=2.0, ge=0, description="weighted seconds per second of a wasted L1/L0 prefetch; 0 = eager"
+    )
+    cool_p: float = Field(
+        default=0.05, ge=0, le=1, description="an idle model leaves GPU memory when P(request) drops below"
+    )
     cluster: Path | None = Field(default=None, description="cluster YAML; unset = one node from executor")
     demand_window_s: float = Field(
         default=60.0, gt=0, description="a model requested this recently is wanted now (demand pre-empts)"

@@ -116,6 +116,8 @@ class PlannerConfig:
         base = cls(
             misprediction_window_s=settings.misprediction_window_s,
             cooldown_s=settings.misprediction_window_s,
+            miss_penalty=settings.miss_penalty,
+            cool_p=settings.cool_p,
             order_ttl_s=max(4 * settings.plan_interval_s, 10.0),
         )
         return replace(base, **overrides)

@@ -91,3 +91,12 @@ def test_rates_accept_per_second_suffix() -> None:
 def test_unreadable_sizes_are_rejected(text: str) -> None:
     with pytest.raises(ValueError, match="size"):
         parse_bytes(text)
+
+
+def test_planner_knobs_come_from_scheduler_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler import PlannerConfig
+
+    monkeypatch.setenv("PREWARM_MISS_PENALTY", "0")
+    monkeypatch.setenv("PREWARM_COOL_P", "0.2")
+    config = PlannerConfig.from_settings(load_settings().scheduler)
+    assert (config.miss_penalty, config.cool_p) == (0.0, 0.2)
