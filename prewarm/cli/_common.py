@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -18,7 +19,7 @@ from prewarm._exceptions import (
 )
 from prewarm._settings import Settings
 
-__all__ = ["app_group", "bench_app", "fail", "settings_of", "write_json"]
+__all__ = ["app_group", "bench_app", "fail", "parse_time", "settings_of", "write_json"]
 
 # Errors the user can fix by changing what they passed: exit status 2, like a usage error.
 _USAGE_ERRORS = (ConfigError, InvalidInput, UnknownModel)
@@ -72,3 +73,20 @@ def write_json(payload: Any, out: Path | None) -> None:
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
+
+
+def parse_time(value: str, option: str = "time") -> float:
+    """Epoch seconds from a number or an ISO-8601 time (UTC when no offset is given)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidInput(
+            f"{option}: expected epoch seconds or ISO-8601, got {value!r}", reason="time"
+        ) from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()

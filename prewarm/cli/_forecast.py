@@ -17,28 +17,11 @@ from typing import Any, Literal
 import typer
 
 from prewarm._exceptions import InvalidInput
-from prewarm.cli._common import app_group, bench_app, settings_of, write_json
+from prewarm.cli._common import app_group, bench_app, parse_time, settings_of, write_json
 
 app = app_group("Train, inspect and backtest the per-model demand forecasters.")
 
 _JSON = typer.Option(None, "--json", help="Write the result as JSON to this file ('-' = stdout).")
-
-
-def _epoch(value: str, option: str) -> float:
-    """Epoch seconds from a number or an ISO-8601 time (UTC when no offset is given)."""
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise InvalidInput(
-            f"{option}: expected epoch seconds or ISO-8601, got {value!r}", reason="time"
-        ) from exc
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
 
 
 def _iso(ts: float) -> str:
@@ -62,7 +45,7 @@ def train(
     from ingest import DemandStore
 
     settings = settings_of(ctx)
-    at = _epoch(now, "--now") if now else time.time()
+    at = parse_time(now, "--now") if now else time.time()
     store = DemandStore(settings.database_url)
     try:
         result = retrain(settings, store, at, track=track)
@@ -109,7 +92,7 @@ def show(
     bundle = load_forecaster(uri, tracking_uri=tracking_uri_of(settings))
     if model not in bundle.models:
         raise UnknownModel(model)
-    at = _epoch(now, "--now") if now else time.time()
+    at = parse_time(now, "--now") if now else time.time()
     horizon = horizon_s or bundle.horizon_s
     fc = bundle.predict(at, horizon)[model]
     counts = None
@@ -189,7 +172,7 @@ def backtest_cmd(
     settings = settings_of(ctx)
     lead = settings.forecast.lead_minutes if lead_minutes is None else lead_minutes
     window = settings.forecast.window_minutes if window_minutes is None else window_minutes
-    origin = _epoch(start, "--start") if start else None
+    origin = parse_time(start, "--start") if start else None
     if trace_fmt == "azure2019":
         # The file is per-minute counts of a whole day: use them as they are, trailing zeros included.
         history = History.from_frame(azure2019_minute_counts(trace, start=origin))
@@ -200,7 +183,9 @@ def backtest_cmd(
         history = History.from_events(events)
     config = selection_config(settings)
     config = type(config)(**{**vars(config), "lead": lead, "window": window})
-    report = backtest(history, _epoch(train_until, "--train-until"), lead=lead, window=window, config=config)
+    report = backtest(
+        history, parse_time(train_until, "--train-until"), lead=lead, window=window, config=config
+    )
     if plots is not None:
         from forecaster._plots import backtest_plots
 

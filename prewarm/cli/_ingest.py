@@ -19,25 +19,10 @@ import typer
 
 from prewarm._exceptions import InvalidInput
 from prewarm._logging import get_logger
-from prewarm.cli._common import app_group, bench_app, settings_of, write_json
+from prewarm.cli._common import app_group, bench_app, parse_time, settings_of, write_json
 
 app = app_group("Ingest gateway request logs from Kafka into per-model per-minute demand.")
 log = get_logger("prewarm.cli.ingest")
-
-
-def parse_time(value: str) -> float:
-    """Epoch seconds, or an ISO-8601 time with a zone (``2026-01-01T00:00:00Z``)."""
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise InvalidInput(f"{value!r} is neither epoch seconds nor ISO-8601", reason="time") from exc
-    if parsed.tzinfo is None:
-        raise InvalidInput(f"{value!r} has no time zone", reason="time")
-    return parsed.timestamp()
 
 
 @app.command("run")
@@ -100,7 +85,7 @@ def export(
     """Write ``model,minute,requests,cold_starts`` (minute as epoch seconds), ordered by minute."""
     from ingest import DemandStore
 
-    start = parse_time(since) if since is not None else None
+    start = parse_time(since, "--since") if since is not None else None
     store = DemandStore(settings_of(ctx).database_url)
     try:
         if str(csv_out) == "-":

@@ -10,7 +10,7 @@ import typer
 
 from prewarm._exceptions import InvalidInput
 from prewarm._logging import get_logger
-from prewarm.cli._common import app_group, settings_of
+from prewarm.cli._common import app_group, parse_time, settings_of
 
 app = app_group("Produce request-log events to Kafka: synthetic traffic or a trace replay.")
 log = get_logger("prewarm.cli.produce")
@@ -48,10 +48,9 @@ def synthetic(
 ) -> None:
     """Seasonal synthetic traffic: diurnal and weekly cycles, cron spikes, long tail, bursts, launches."""
     from ingest import generate
-    from prewarm.cli._ingest import parse_time
 
     ends_now = float(int((time.time() - days * 86_400) // 60) * 60)
-    origin = ends_now if start is None else parse_time(start)
+    origin = ends_now if start is None else parse_time(start, "--start")
     trace = generate(models, days, seed=seed, start=origin)
     events = trace.events
     if catalog_ids:
@@ -82,11 +81,10 @@ def trace(
 ) -> None:
     """Replay a trace file (the formats of the design) onto the request-log topic."""
     from ingest import read_trace
-    from prewarm.cli._ingest import parse_time
 
     if fmt not in ("requests", "azure2019"):
         raise InvalidInput(f"--format must be requests or azure2019, not {fmt!r}", reason="option")
-    origin = parse_time(start) if start is not None else None
+    origin = parse_time(start, "--start") if start is not None else None
     if fmt == "azure2019":
         frame = read_trace(path, "azure2019", start=origin)
     else:

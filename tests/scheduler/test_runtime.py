@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
-from scheduler_builders import GB, catalog, spec
+from scheduler_builders import GB, catalog, settings_for_stack, spec
 
-from prewarm import ExecutorState, Hint, Order, OrderAction, Settings, Tier, TierState, load_settings
+from prewarm import ExecutorState, Hint, Order, OrderAction, Settings, Tier, TierState
 from scheduler import Cluster, PlannerConfig
 from scheduler._runtime import Runtime
 
@@ -20,19 +20,6 @@ pytestmark = [pytest.mark.kafka]
 # No margins and fast links: a hint's prefetch is due almost exactly at its eta.
 INSTANT = PlannerConfig(hop_overhead_s=0.0, lead_margin_s=0.0, lead_margin_frac=0.0)
 FAST = {"l3_bytes_per_s": "1TB/s", "l2_bytes_per_s": "1TB/s", "l1_bytes_per_s": "1TB/s"}
-
-
-def settings_for(kafka_bootstrap: str, unique: str, tmp_path: Path) -> Settings:
-    return load_settings(
-        overrides={
-            "kafka_bootstrap": kafka_bootstrap,
-            "topic_orders": f"orders-{unique}",
-            "topic_executor_state": f"state-{unique}",
-            "database_url": f"sqlite:///{tmp_path / 'scheduler.db'}",
-            "data_dir": str(tmp_path),
-            "plan_interval_s": "1",
-        }
-    )
 
 
 def one_node(name: str = "gpu-a") -> Cluster:
@@ -72,7 +59,7 @@ def read_orders(settings: Settings, want: int, timeout: float = 15.0) -> list[tu
 
 @pytest.fixture
 def runtime(kafka_bootstrap: str, unique: str, tmp_path: Path) -> Iterator[Runtime]:
-    settings = settings_for(kafka_bootstrap, unique, tmp_path)
+    settings = settings_for_stack(kafka_bootstrap, unique, tmp_path)
     rt = Runtime(settings, catalog(spec("chat", GB), spec("search", GB)), one_node(), config=INSTANT)
     with rt:
         yield rt
@@ -115,7 +102,7 @@ def job_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_timed_order_due_while_the_scheduler_was_down_goes_out_after_restart(
     kafka_bootstrap: str, unique: str, tmp_path: Path, job_store_url: str
 ) -> None:
-    settings = settings_for(kafka_bootstrap, unique, tmp_path)
+    settings = settings_for_stack(kafka_bootstrap, unique, tmp_path)
     settings = settings.model_copy(
         update={"store": settings.store.model_copy(update={"database_url": job_store_url})}
     )
@@ -145,7 +132,7 @@ def wait_for_order(settings: Settings, order_id: str, timeout: float = 15.0) -> 
 
 
 def test_ready_only_while_started(kafka_bootstrap: str, unique: str, tmp_path: Path) -> None:
-    rt = Runtime(settings_for(kafka_bootstrap, unique, tmp_path), catalog(spec("chat", GB)), one_node())
+    rt = Runtime(settings_for_stack(kafka_bootstrap, unique, tmp_path), catalog(spec("chat", GB)), one_node())
     assert rt.ready()[0] is False
     with rt:
         assert rt.ready() == (True, "ok")
@@ -155,7 +142,7 @@ def test_ready_only_while_started(kafka_bootstrap: str, unique: str, tmp_path: P
 def test_hint_benchmark_reports_percentiles(kafka_bootstrap: str, unique: str, tmp_path: Path) -> None:
     from scheduler._bench import bench_hints
 
-    settings = settings_for(kafka_bootstrap, unique, tmp_path)
+    settings = settings_for_stack(kafka_bootstrap, unique, tmp_path)
     settings = settings.model_copy(
         update={"scheduler": settings.scheduler.model_copy(update={"api_port": 0})}
     )
@@ -167,7 +154,7 @@ def test_hint_benchmark_reports_percentiles(kafka_bootstrap: str, unique: str, t
 def test_restart_keeps_active_hints_and_does_not_hand_out_waiting_orders_twice(
     kafka_bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
-    settings = settings_for(kafka_bootstrap, unique, tmp_path)
+    settings = settings_for_stack(kafka_bootstrap, unique, tmp_path)
     cat = catalog(spec("chat", GB))
     with Runtime(settings, cat, one_node(), config=INSTANT) as first:
         _, [order] = first.core.add_hint(Hint(model="chat", source="web", eta_s=60.0))
@@ -183,7 +170,7 @@ def test_a_changed_catalog_file_is_planned_with_at_the_next_tick(
 ) -> None:
     path = tmp_path / "catalog.yaml"
     catalog(spec("chat", GB)).save(path)
-    settings = settings_for(kafka_bootstrap, unique, tmp_path)
+    settings = settings_for_stack(kafka_bootstrap, unique, tmp_path)
     rt = Runtime(settings, catalog(spec("chat", GB)), one_node(), config=INSTANT, catalog_path=path)
     with rt:
         catalog(spec("chat", GB), spec("search", GB)).save(path)
