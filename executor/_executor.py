@@ -56,6 +56,7 @@ from executor._safetensors import Layout, tensor_views
 from executor._tier import Entry, TierCache
 from models import Catalog, ModelSpec
 from prewarm import (
+    CACHE_TIERS,
     CapacityError,
     ConfigError,
     ExecutorSettings,
@@ -79,7 +80,6 @@ from prewarm import (
 __all__ = ["Executor", "LoadResult"]
 
 log = get_logger(__name__)
-_LOCAL_TIERS = (Tier.L0, Tier.L1, Tier.L2)
 _ORDER_MEMORY = 10_000  # order ids remembered for idempotency
 _RECENT_OUTCOMES = 50
 
@@ -599,7 +599,7 @@ class Executor:
         """
         tier = Tier(tier)
         dropped: list[Tier] = []
-        for local in _LOCAL_TIERS:
+        for local in CACHE_TIERS:
             if local.level > tier.level:
                 continue
             if self._evict_one(model_id, local):
@@ -691,7 +691,7 @@ class Executor:
             return OrderStatus.DONE, "", result.served_from
         # DEMOTE: make sure the target tier holds it, then drop it from the tiers closer to the GPU.
         result = self.ensure(order.model, order.tier, demand=order.demand)
-        for closer in _LOCAL_TIERS:
+        for closer in CACHE_TIERS:
             if closer.level < order.tier.level:
                 self._evict_one(order.model, closer)
         return OrderStatus.DONE, "", result.served_from

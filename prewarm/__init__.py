@@ -28,7 +28,9 @@ from prewarm._exceptions import (
 from prewarm._ids import MAX_MODEL_ID_LENGTH, ModelId, validate_model_id
 from prewarm._logging import configure_logging, get_logger
 from prewarm._schemas import (
+    CACHE_TIERS,
     EVENT_MAX_BYTES,
+    HOP_INTO,
     ExecutorState,
     Hint,
     Order,
@@ -63,7 +65,9 @@ except PackageNotFoundError:  # running from a source tree without an install
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "CACHE_TIERS",
     "EVENT_MAX_BYTES",
+    "HOP_INTO",
     "MAX_MODEL_ID_LENGTH",
     "BrokerError",
     "ByteRate",

@@ -18,7 +18,9 @@ from prewarm._exceptions import InvalidEvent
 from prewarm._ids import ModelId
 
 __all__ = [
+    "CACHE_TIERS",
     "EVENT_MAX_BYTES",
+    "HOP_INTO",
     "ExecutorState",
     "Hint",
     "Order",
@@ -58,6 +60,11 @@ class Tier(enum.StrEnum):
 
 
 _TIER_LEVEL = {"L0": 0, "L1": 1, "L2": 2, "L3": 3}
+
+# Tiers a node holds bytes in; L3 (object storage) is unbounded and always holds every model.
+CACHE_TIERS: tuple[Tier, ...] = (Tier.L0, Tier.L1, Tier.L2)
+# The hop that brings a model into a tier, as ``ExecutorState.bandwidth_bytes_per_s`` names it.
+HOP_INTO: dict[Tier, str] = {Tier.L2: "L3->L2", Tier.L1: "L2->L1", Tier.L0: "L1->L0"}
 
 
 class _Wire(BaseModel):

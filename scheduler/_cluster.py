@@ -17,21 +17,24 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from prewarm import ByteRate, Bytes, ConfigError, ExecutorState, Order, ResidentModel, Tier
+from prewarm import (
+    CACHE_TIERS,
+    HOP_INTO,
+    ByteRate,
+    Bytes,
+    ConfigError,
+    ExecutorState,
+    Order,
+    ResidentModel,
+    Tier,
+)
 
 __all__ = [
-    "CACHE_TIERS",
-    "HOP_INTO",
     "Cluster",
     "ClusterState",
     "NodeSpec",
     "NodeState",
 ]
-
-# Tiers a node holds bytes in; L3 (object storage) is unbounded and always holds every model.
-CACHE_TIERS: tuple[Tier, ...] = (Tier.L0, Tier.L1, Tier.L2)
-# The hop that brings a model into a tier, named as executors name measured bandwidths.
-HOP_INTO: Mapping[Tier, str] = {Tier.L2: "L3->L2", Tier.L1: "L2->L1", Tier.L0: "L1->L0"}
 
 
 class _Strict(BaseModel):

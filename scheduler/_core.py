@@ -17,9 +17,19 @@ from typing import Any
 
 from forecaster import ModelForecast
 from models import Catalog
-from prewarm import ExecutorState, Hint, Order, OrderAction, OrderReason, Tier, UnknownModel, get_logger
+from prewarm import (
+    CACHE_TIERS,
+    ExecutorState,
+    Hint,
+    Order,
+    OrderAction,
+    OrderReason,
+    Tier,
+    UnknownModel,
+    get_logger,
+)
 from prewarm._metrics import counter, gauge, histogram
-from scheduler._cluster import CACHE_TIERS, Cluster, ClusterState
+from scheduler._cluster import Cluster, ClusterState
 from scheduler._planner import Plan, PlannerConfig, plan_detailed
 
 __all__ = ["SchedulerCore"]

@@ -43,8 +43,8 @@ import numpy as np
 
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec
-from prewarm import Hint, Order, OrderAction, OrderReason, ResidentModel, SchedulerSettings, Tier
-from scheduler._cluster import CACHE_TIERS, ClusterState, NodeState
+from prewarm import CACHE_TIERS, Hint, Order, OrderAction, OrderReason, ResidentModel, SchedulerSettings, Tier
+from scheduler._cluster import ClusterState, NodeState
 
 __all__ = [
     "DEMAND_SOURCE",

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from models import Catalog
 from prewarm import (
+    CACHE_TIERS,
+    HOP_INTO,
     ExecutorState,
     Order,
     OrderAction,
@@ -25,10 +27,8 @@ from prewarm import (
 )
 from scheduler import Cluster
 
-__all__ = ["CACHE_TIERS", "Served", "SimNode", "World"]
+__all__ = ["Served", "SimNode", "World"]
 
-CACHE_TIERS = (Tier.L0, Tier.L1, Tier.L2)
-_HOP_INTO = {Tier.L2: "L3->L2", Tier.L1: "L2->L1", Tier.L0: "L1->L0"}
 _HOP_OVERHEAD_S = 0.5
 
 
@@ -76,7 +76,7 @@ class SimNode:
         return next((t for t in CACHE_TIERS if model in self.held[t]), Tier.L3)
 
     def hop_s(self, size: int, into: Tier) -> float:
-        rate = self.bandwidth.get(_HOP_INTO[into], 0.0)
+        rate = self.bandwidth.get(HOP_INTO[into], 0.0)
         return (size / rate if rate > 0 else float("inf")) + _HOP_OVERHEAD_S
 
     # ------------------------------------------------------------------ moving bytes
