@@ -57,6 +57,7 @@ from executor._tier import Entry, TierCache
 from models import Catalog, ModelSpec
 from prewarm import (
     CACHE_TIERS,
+    HOP_INTO,
     CapacityError,
     ConfigError,
     ExecutorSettings,
@@ -82,6 +83,10 @@ __all__ = ["Executor", "LoadResult"]
 log = get_logger(__name__)
 _ORDER_MEMORY = 10_000  # order ids remembered for idempotency
 _RECENT_OUTCOMES = 50
+
+
+# Fused hops and the link that bounds each: object storage for L3 -> L1, the disk for L2 -> L0.
+_BOUND_BY: dict[str, tuple[str, ...]] = {"L3->L1": (HOP_INTO[Tier.L2],), "L2->L0": (HOP_INTO[Tier.L1],)}
 
 
 @dataclass(frozen=True)
@@ -561,9 +566,12 @@ class Executor:
             return
         rate = nbytes / seconds
         with self._lock:
-            old = self._bandwidth.get(hop)
-            # An exponential average: recent loads matter most, one outlier does not swing the planner.
-            self._bandwidth[hop] = rate if old is None else 0.7 * old + 0.3 * rate
+            # A fused hop also measures the slowest link it crosses, which is the one the planner asks
+            # for (HOP_INTO): a node that always streams L3 -> L1 in one pass must still report L3->L2.
+            for name in (hop, *_BOUND_BY.get(hop, ())):
+                old = self._bandwidth.get(name)
+                # An exponential average: recent loads matter most, one outlier does not swing the planner.
+                self._bandwidth[name] = rate if old is None else 0.7 * old + 0.3 * rate
 
     # ------------------------------------------------------------------ serving
 

@@ -66,6 +66,8 @@ def test_cold_load_to_l0_streams_l3_into_l1_and_l2_in_one_pass(
 
     assert result.served_from is Tier.L3
     assert set(result.seconds_per_hop) == {"L3->L1", "L1->L0"}
+    # The fused pass still tells the planner how fast the object-store link is.
+    assert {"L3->L1", "L3->L2", "L1->L0"} <= set(executor.state().bandwidth_bytes_per_s)
     used = {t.tier: t.used_bytes for t in executor.state().tiers}
     assert used[Tier.L2] == catalog["m1"].size_bytes
     assert used[Tier.L1] >= catalog["m1"].size_bytes
