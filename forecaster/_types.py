@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -26,13 +26,16 @@ class ModelForecast:
     expected: npt.NDArray[np.float64]
     p_any: npt.NDArray[np.float64]
     family: str
+    log_miss: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
+    """``log_miss[i]`` = log P(no request in buckets [0, i)): a window's P(any) is O(1) from it."""
+    _cum_expected: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.expected.shape != self.p_any.shape or self.expected.ndim != 1:
             raise ValueError("expected and p_any must be 1-d arrays of the same length")
         # Prefix sums make every window query O(1): the planner asks thousands per round.
         miss = np.log1p(-np.clip(self.p_any, 0.0, 1.0 - 1e-12))
-        object.__setattr__(self, "_log_miss", np.concatenate(([0.0], np.cumsum(miss))))
+        object.__setattr__(self, "log_miss", np.concatenate(([0.0], np.cumsum(miss))))
         object.__setattr__(self, "_cum_expected", np.concatenate(([0.0], np.cumsum(self.expected))))
 
     @property
@@ -47,11 +50,9 @@ class ModelForecast:
     def p_window(self, t0: float, t1: float) -> float:
         """P(at least one request in [t0, t1)), treating buckets as independent."""
         window = self._slice(t0, t1)
-        log_miss: npt.NDArray[np.float64] = self.__dict__["_log_miss"]
-        return float(-np.expm1(log_miss[window.stop] - log_miss[window.start]))
+        return float(-np.expm1(self.log_miss[window.stop] - self.log_miss[window.start]))
 
     def expected_in(self, t0: float, t1: float) -> float:
         """Expected requests in [t0, t1)."""
         window = self._slice(t0, t1)
-        cum: npt.NDArray[np.float64] = self.__dict__["_cum_expected"]
-        return float(cum[window.stop] - cum[window.start])
+        return float(self._cum_expected[window.stop] - self._cum_expected[window.start])

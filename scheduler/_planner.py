@@ -357,8 +357,7 @@ def _forecast_wants(
     n, b = len(forecast.p_any), forecast.bucket_s
     if n == 0:
         return []
-    q = np.clip(np.asarray(forecast.p_any, dtype=np.float64), 0.0, 1.0 - 1e-12)
-    cum = np.concatenate(([0.0], np.cumsum(np.log1p(-q))))  # log P(no request in buckets [0, i))
+    cum = forecast.log_miss  # log P(no request in buckets [0, i)), computed once per forecast
     neg = -cum  # non-decreasing, for searchsorted
     first = forecast.start + math.floor((max(now, forecast.start) - forecast.start) / b) * b
     step = max(config.step_s, float(b))
@@ -581,16 +580,20 @@ def _payers(spec: ModelSpec, wants: Sequence[_Want], rnd: _Round) -> list[_Want]
 
     Benefit is at most the waiting saved from L3 on the slowest node; holding costs at least the window.
     """
+
+    def exempt(w: _Want) -> bool:
+        # Demand always pays; forecast wants were pruned by the same bound when they were made.
+        return w.demand or w.reason is OrderReason.FORECAST
+
+    if all(exempt(w) for w in wants):
+        return list(wants)  # the common case: no hint to bound, no gains to compute
     gains = _gains(spec, [b.node for b in rnd.books.values()], rnd.config)
     gb = spec.size_bytes / 1e9
     prices = {tier: rnd.config.price_per_gb_s.get(tier, 0.0) for tier in CACHE_TIERS}
     return [
         w
         for w in wants
-        # Forecast wants were pruned by the same bound when they were made.
-        if w.demand
-        or w.reason is OrderReason.FORECAST
-        or any(w.p * gains[t] > (w.t1 - w.t0) * gb * prices[t] for t in CACHE_TIERS)
+        if exempt(w) or any(w.p * gains[t] > (w.t1 - w.t0) * gb * prices[t] for t in CACHE_TIERS)
     ]
 
 
