@@ -55,6 +55,11 @@ class NodeSpec(_Strict):
     def l0_bytes(self) -> int:
         return sum(g.memory_bytes for g in self.gpus)
 
+    @property
+    def capacity(self) -> dict[Tier, int]:
+        """Bytes per cache tier as the file describes them (all GPUs of the node together for L0)."""
+        return {Tier.L0: self.l0_bytes, Tier.L1: self.host_cache_bytes, Tier.L2: self.disk_cache_bytes}
+
 
 class BandwidthSpec(_Strict):
     """Bytes per second out of each tier: L3->L2, L2->L1 and L1->L0."""
@@ -124,25 +129,14 @@ class NodeState:
     bandwidth: Mapping[str, float] = field(default_factory=dict)
     # Bytes in use that no listed resident explains (another tenant, an engine's own buffers).
     unlisted: Mapping[Tier, int] = field(default_factory=dict)
-    reported_at: float | None = None
 
     def residents(self, tier: Tier) -> tuple[ResidentModel, ...]:
         return self.resident.get(tier, ())
-
-    def used(self, tier: Tier) -> int:
-        return self.unlisted.get(tier, 0) + sum(r.bytes for r in self.residents(tier))
-
-    def holds(self, model: str, tier: Tier) -> bool:
-        return any(r.model == model for r in self.residents(tier))
 
     @functools.cached_property
     def hop_rates(self) -> tuple[float, ...]:
         """Bytes per second of the hop into L0, L1 and L2, indexed by tier level (0 when unknown)."""
         return tuple(self.bandwidth.get(HOP_INTO[t], 0.0) for t in CACHE_TIERS)
-
-    def closest_tier(self, model: str) -> Tier:
-        """The tier closest to the GPU that holds ``model``; L3 if no cache tier does."""
-        return next((t for t in CACHE_TIERS if self.holds(model, t)), Tier.L3)
 
 
 @dataclass(frozen=True)
@@ -175,12 +169,7 @@ class ClusterState:
         nodes: dict[str, NodeState] = {}
         defaults = cluster.bandwidth.hops()
         for spec in cluster.nodes:
-            configured = {
-                Tier.L0: spec.l0_bytes,
-                Tier.L1: spec.host_cache_bytes,
-                Tier.L2: spec.disk_cache_bytes,
-            }
-            nodes[spec.name] = NodeState(name=spec.name, capacity=configured, bandwidth=dict(defaults))
+            nodes[spec.name] = NodeState(name=spec.name, capacity=spec.capacity, bandwidth=dict(defaults))
         for name, report in reports.items():
             base = nodes.get(name) or NodeState(name=name, capacity={}, bandwidth=dict(defaults))
             nodes[name] = _overlay(base, report)
@@ -208,5 +197,4 @@ def _overlay(base: NodeState, report: ExecutorState) -> NodeState:
         resident=resident,
         bandwidth=bandwidth,
         unlisted=unlisted,
-        reported_at=report.at,
     )

@@ -158,7 +158,7 @@ class SchedulerCore:
         started = time.perf_counter()
         self._settle(now)
         hints = [h for h in (*self._hints, *self._demand) if _expires(h) > now]
-        _HINTS_ACTIVE.set(len(self._hints))
+        _HINTS_ACTIVE.set(sum(1 for h in self._hints if _expires(h) > now))
         pending = [k.order for k in self._known.values() if not k.settled and k.order.deadline > now]
         recent = [k.order for k in self._known.values()]
         state = ClusterState.merge(self.cluster, self._reports, pending=pending, recent=recent)

@@ -208,9 +208,6 @@ class _Book:
         self.held = held
         self._used = {t: unlisted[t] + sum(e.bytes for e in held[t].values()) for t in CACHE_TIERS}
 
-    def used(self, tier: Tier) -> int:
-        return self._used[tier]
-
     def free(self, tier: Tier) -> int:
         return self.capacity[tier] - self._used[tier]
 

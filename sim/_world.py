@@ -100,13 +100,13 @@ class SimNode:
 
     def _drop(self, tier: Tier, model: str, now: float, *, demote: bool) -> None:
         copy = self.held[tier].pop(model)
-        self._settle_prefetch(copy, now)
+        self._settle_prefetch(copy)
         lower = tier.farther()
         fits = demote and lower in CACHE_TIERS and model not in self.held[lower]
         if fits and self._room(lower, copy.bytes, now, keep=model):
             self.held[lower][model] = _Copy(copy.bytes, now, now, copy.last_used)
 
-    def _settle_prefetch(self, copy: _Copy, now: float) -> None:
+    def _settle_prefetch(self, copy: _Copy) -> None:
         """A prefetched L1/L0 copy that leaves (or the run ends) without serving a request: mispredicted."""
         if copy.prefetched and not copy.used_since_prefetch:
             self.mispredictions += 1
@@ -183,11 +183,7 @@ class World:
         self.nodes = {
             spec.name: SimNode(
                 name=spec.name,
-                capacity={
-                    Tier.L0: spec.l0_bytes,
-                    Tier.L1: spec.host_cache_bytes,
-                    Tier.L2: spec.disk_cache_bytes,
-                },
+                capacity=spec.capacity,
                 bandwidth=dict(hops),
             )
             for spec in cluster.nodes
@@ -257,7 +253,7 @@ class World:
         for node in self.nodes.values():
             for tier in (Tier.L0, Tier.L1):
                 for copy in node.held[tier].values():
-                    node._settle_prefetch(copy, 0.0)
+                    node._settle_prefetch(copy)
 
     def totals(self, names: Iterable[str] = ()) -> dict[str, int]:
         nodes = [self.nodes[n] for n in names] if names else list(self.nodes.values())

@@ -10,7 +10,7 @@ from scheduler_builders import GB, NOW, catalog, flat_forecast, hint, report, re
 
 from forecaster import ModelForecast
 from models import Catalog
-from prewarm import Hint, Order, OrderAction, ResidentModel, Tier
+from prewarm import Hint, Order, OrderAction, OrderReason, ResidentModel, Tier
 from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, plan, plan_detailed
 
 TIERS = (Tier.L0, Tier.L1, Tier.L2)
@@ -104,7 +104,11 @@ def test_no_order_names_a_model_outside_the_catalog_or_an_unknown_node(world: Wo
         assert order.model in cat
         assert order.node in state.nodes
         assert order.deadline > order.not_before >= NOW
-        assert order.reason is not None
+        # A prefetch is justified by a signal; only capacity, cooling or a misprediction move one out.
+        if order.action is OrderAction.PREFETCH:
+            assert order.reason in {OrderReason.FORECAST, OrderReason.HINT, OrderReason.DEMAND}
+        else:
+            assert order.reason in {OrderReason.CAPACITY, OrderReason.FORECAST, OrderReason.MISPREDICTION}
 
 
 @SETTINGS

@@ -27,8 +27,6 @@ def test_public_names_are_pinned() -> None:
         "plan",
         "plan_detailed",
     ]
-    for name in scheduler.__all__:
-        assert getattr(scheduler, name) is not None
 
 
 def test_the_planner_alone_loads_no_web_or_broker_library() -> None:
