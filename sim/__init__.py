@@ -10,7 +10,7 @@ does not fit); ``Policy`` is the one interface a compared policy implements.
 from __future__ import annotations
 
 from sim._policies import POLICIES, Policy, PrewarmPolicy, ReactivePolicy
-from sim._run import SimReport, compare, simulate
+from sim._run import SimReport, compare, run_policies, simulate
 from sim._scenario import DEFAULT_SIZES, default_cluster, virtual_catalog
 from sim._world import Served, SimNode, World
 
@@ -26,6 +26,7 @@ __all__ = [
     "World",
     "compare",
     "default_cluster",
+    "run_policies",
     "simulate",
     "virtual_catalog",
 ]

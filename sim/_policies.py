@@ -17,7 +17,7 @@ from models import Catalog
 from prewarm import ExecutorState, Hint, Order
 from scheduler import Cluster, PlannerConfig, SchedulerCore
 
-__all__ = ["POLICIES", "Policy", "PrewarmPolicy", "ReactivePolicy"]
+__all__ = ["POLICIES", "ForecastSource", "Policy", "PrewarmPolicy", "ReactivePolicy"]
 
 ForecastSource = Callable[[float], Mapping[str, ModelForecast]]
 

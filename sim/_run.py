@@ -13,11 +13,11 @@ import numpy.typing as npt
 
 from models import Catalog
 from prewarm import Hint, Order, Tier
-from scheduler import Cluster
-from sim._policies import Policy
+from scheduler import Cluster, PlannerConfig
+from sim._policies import ForecastSource, Policy, PrewarmPolicy, ReactivePolicy
 from sim._world import World
 
-__all__ = ["SimReport", "simulate"]
+__all__ = ["SimReport", "compare", "run_policies", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,6 @@ def compare(
     """Fit the forecaster on the first ``train_days`` of ``events``, then simulate ``sim_hours`` after
     that under the reactive baseline and under prewarm, on the same cluster and catalog."""
     from forecaster import History, SelectionConfig, fit_bundle
-    from scheduler import PlannerConfig
-    from sim._policies import PrewarmPolicy, ReactivePolicy
     from sim._scenario import default_cluster, virtual_catalog
 
     history = History.from_events(events)
@@ -154,8 +152,24 @@ def compare(
     catalog = catalog or virtual_catalog(history.models)
     cluster = cluster or default_cluster()
     planner = PlannerConfig.from_settings(settings.scheduler)
+    return run_policies(
+        events, catalog, cluster, planner, bundle.predict, start=cut, end=cut + sim_hours * 3600
+    )
+
+
+def run_policies(
+    events: Any,
+    catalog: Catalog,
+    cluster: Cluster,
+    planner: PlannerConfig,
+    forecasts: ForecastSource | None,
+    *,
+    start: float,
+    end: float,
+) -> dict[str, SimReport]:
+    """The reactive baseline and prewarm over ``events`` (``timestamp``, ``model``) in [start, end), on
+    the same cluster and catalog."""
     ts = events["timestamp"].to_numpy()
     names = events["model"].astype(str).to_numpy()
-    end = cut + sim_hours * 3600
-    policies: list[Policy] = [ReactivePolicy(), PrewarmPolicy(catalog, cluster, planner, bundle.predict)]
-    return {p.name: simulate(p, cluster, catalog, ts, names, start=cut, end=end) for p in policies}
+    policies: list[Policy] = [ReactivePolicy(), PrewarmPolicy(catalog, cluster, planner, forecasts)]
+    return {p.name: simulate(p, cluster, catalog, ts, names, start=start, end=end) for p in policies}

@@ -19,7 +19,7 @@ from prewarm._exceptions import (
 )
 from prewarm._settings import Settings
 
-__all__ = ["app_group", "bench_app", "fail", "parse_time", "settings_of", "write_json"]
+__all__ = ["app_group", "bench_app", "catalog_path", "fail", "parse_time", "settings_of", "write_json"]
 
 # Errors the user can fix by changing what they passed: exit status 2, like a usage error.
 _USAGE_ERRORS = (ConfigError, InvalidInput, UnknownModel)
@@ -58,6 +58,14 @@ def settings_of(ctx: typer.Context) -> Settings:
     if not isinstance(settings, Settings):
         raise RuntimeError("settings were not loaded by the root callback")
     return settings
+
+
+def catalog_path(option: Path | None, settings: Settings) -> Path:
+    """The catalog a command works on: ``--catalog``, else ``PREWARM_CATALOG``, else a usage error."""
+    path = option or settings.core.catalog
+    if path is None:
+        raise ConfigError("no catalog: pass --catalog or set PREWARM_CATALOG", setting="PREWARM_CATALOG")
+    return path
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -155,22 +155,18 @@ def demo(
 
     # 6. simulation ----------------------------------------------------------------------------------
     from prewarm.cli._sim import render_table
-    from sim import PrewarmPolicy, ReactivePolicy, default_cluster, simulate, virtual_catalog
+    from sim import default_cluster, run_policies, virtual_catalog
 
-    fleet_catalog = virtual_catalog(trace.models)
-    sim_cluster = default_cluster(nodes=1)
     start = DEMO_START + (days - 1) * 86400 + 6 * 3600
-    ts = trace.events["timestamp"].to_numpy()
-    names = trace.events["model"].astype(str).to_numpy()
-    reports = {
-        p.name: simulate(p, sim_cluster, fleet_catalog, ts, names, start=start, end=start + sim_hours * 3600)
-        for p in (
-            ReactivePolicy(),
-            PrewarmPolicy(
-                fleet_catalog, sim_cluster, PlannerConfig.from_settings(settings.scheduler), bundle.predict
-            ),
-        )
-    }
+    reports = run_policies(
+        trace.events,
+        virtual_catalog(trace.models),
+        default_cluster(nodes=1),
+        PlannerConfig.from_settings(settings.scheduler),
+        bundle.predict,
+        start=start,
+        end=start + sim_hours * 3600,
+    )
     _say(
         "simulation",
         f"day {days}, 06:00 + {sim_hours:g} h, {fleet} models of 14-140 GB on one node "

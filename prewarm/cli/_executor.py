@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from prewarm.cli._common import app_group, bench_app, settings_of, write_json
+from prewarm.cli._common import app_group, bench_app, catalog_path, settings_of, write_json
 
 if TYPE_CHECKING:
     from executor import Executor
@@ -29,16 +29,10 @@ _JSON = typer.Option(None, "--json", help="Write the result as JSON to this file
 
 def _catalog(path: Path | None, settings: Settings, *, required: bool) -> Catalog:
     from models import Catalog
-    from prewarm import ConfigError
 
-    path = path or settings.core.catalog
-    if path is None:
-        if required:
-            raise ConfigError(
-                "no catalog given: pass --catalog or set PREWARM_CATALOG", setting="PREWARM_CATALOG"
-            )
+    if path is None and settings.core.catalog is None and not required:
         return Catalog([])
-    return Catalog.load(path)
+    return Catalog.load(catalog_path(path, settings))
 
 
 def _executor(

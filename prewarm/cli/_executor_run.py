@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from prewarm.cli._common import settings_of
+from prewarm.cli._common import catalog_path, settings_of
 from prewarm.cli._executor import app
 
 __all__ = ["run"]
@@ -32,12 +32,9 @@ def run(
     from executor import Executor
     from executor.daemon import ExecutorDaemon, run_forever
     from models import Catalog
-    from prewarm import ConfigError
 
     settings = settings_of(ctx)
-    path = catalog or settings.core.catalog
-    if path is None:
-        raise ConfigError("no catalog: pass --catalog or set PREWARM_CATALOG", setting="PREWARM_CATALOG")
+    path = catalog_path(catalog, settings)
     ex = settings.executor if node is None else settings.executor.model_copy(update={"node_name": node})
     with Executor(Catalog.load(path), settings, executor=ex, cache_dir=cache_dir, device=device) as executor:
         daemon = ExecutorDaemon(executor, settings.kafka, state_interval_s=state_interval, catalog_path=path)

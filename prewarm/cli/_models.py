@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from prewarm.cli._common import app_group, settings_of
+from prewarm.cli._common import app_group, catalog_path, settings_of
 
 app = app_group("The model catalog: synthesize demo weights, register and check entries.")
 
@@ -62,14 +62,9 @@ def register(
     """Add (or replace) an entry after reading its size and sha256 from the object store."""
     from executor import open_store
     from models import Catalog, ModelSpec
-    from prewarm import ConfigError
 
     settings = settings_of(ctx)
-    path = catalog or settings.core.catalog
-    if path is None:
-        raise ConfigError(
-            "no catalog given: pass --catalog or set PREWARM_CATALOG", setting="PREWARM_CATALOG"
-        )
+    path = catalog_path(catalog, settings)
     store = open_store(uri, settings.s3)
     spec = ModelSpec(
         id=model_id, version=version, uri=uri, size_bytes=store.size(uri), sha256=store.sha256(uri)
@@ -86,12 +81,7 @@ def list_models(
 ) -> None:
     """List the models of a catalog."""
     from models import Catalog
-    from prewarm import ConfigError, format_bytes
+    from prewarm import format_bytes
 
-    path = catalog or settings_of(ctx).core.catalog
-    if path is None:
-        raise ConfigError(
-            "no catalog given: pass --catalog or set PREWARM_CATALOG", setting="PREWARM_CATALOG"
-        )
-    for spec in Catalog.load(path):
+    for spec in Catalog.load(catalog_path(catalog, settings_of(ctx))):
         typer.echo(f"{spec.id}\t{spec.version}\t{format_bytes(spec.size_bytes)}\t{spec.priority}\t{spec.uri}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from prewarm.cli._common import app_group, bench_app, settings_of, write_json
+from prewarm.cli._common import app_group, bench_app, catalog_path, settings_of, write_json
 
 app = app_group("The scheduler: planning loop, hint API and order publishing.")
 
@@ -22,7 +22,6 @@ def run(
     import uvicorn
 
     from models import Catalog
-    from prewarm import ConfigError
     from scheduler import Cluster
     from scheduler._api import create_app
     from scheduler._runtime import Runtime
@@ -31,12 +30,10 @@ def run(
     if settings.core.log_level != "DEBUG":
         # APScheduler logs every job run at INFO: one line per published order drowns the log.
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    path = catalog or settings.core.catalog
-    if path is None:
-        raise ConfigError("no catalog: pass --catalog or set PREWARM_CATALOG", setting="PREWARM_CATALOG")
-    cluster_file = cluster or settings.scheduler.cluster
+    path = catalog_path(catalog, settings)
+    # Without --cluster the runtime falls back to PREWARM_CLUSTER itself, then to one node.
     runtime = Runtime(
-        settings, Catalog.load(path), Cluster.load(cluster_file) if cluster_file else None, catalog_path=path
+        settings, Catalog.load(path), Cluster.load(cluster) if cluster else None, catalog_path=path
     )
     runtime.start()
     try:

@@ -81,7 +81,7 @@ def bench_sim(
     from forecaster import History, fit_bundle
     from ingest import generate
     from scheduler import PlannerConfig
-    from sim import PrewarmPolicy, ReactivePolicy, default_cluster, simulate, virtual_catalog
+    from sim import default_cluster, run_policies, virtual_catalog
 
     settings = settings_of(ctx)
     began = time.perf_counter()
@@ -95,13 +95,8 @@ def bench_sim(
     catalog, cluster = virtual_catalog(trace.models), default_cluster(nodes)
     start = cut + from_hour * 3600
     end = start + hours * 3600
-    ts = trace.events["timestamp"].to_numpy()
-    names = trace.events["model"].astype(str).to_numpy()
     config = PlannerConfig.from_settings(settings.scheduler)
-    reports = {
-        p.name: simulate(p, cluster, catalog, ts, names, start=start, end=end)
-        for p in (ReactivePolicy(), PrewarmPolicy(catalog, cluster, config, bundle.predict))
-    }
+    reports = run_policies(trace.events, catalog, cluster, config, bundle.predict, start=start, end=end)
     typer.echo(render_table(reports), err=True)
     reactive, prewarm = reports["reactive"], reports["prewarm"]
     result: dict[str, Any] = {
