@@ -421,30 +421,46 @@ class Executor:
         hops: _Hops,
         is_demand: Callable[[], bool],
     ) -> None:
-        if block is None and device_model is not None and device_model.padded is not None:
-            self._read_l2_into_device(obj, device_model.padded, hops, is_demand)
-            return
-        copier = DeviceCopier(device_model.buffer) if device_model is not None else None
+        """Read every chunk of ``obj`` (threads, O_DIRECT where allowed, each chunk's digest checked by
+        the thread that read it) into one of three targets:
+
+        - an L1 block, with each chunk copied on to the device as it lands when ``device_model`` is set;
+        - on the CPU device with no L1 block, straight into the L0 buffer: no copy at all;
+        - otherwise a small pinned staging ring, when L1 cannot hold the model.
+
+        Entries stay invisible until the caller commits them, so a failed chunk leaves nothing behind.
+        """
+        direct = self._direct_l0 and block is None and device_model is not None
+        copier = DeviceCopier(device_model.buffer) if device_model is not None and not direct else None
         window = 2 * self.settings.read_threads
-        with (
-            hops.hop("L2->L0" if copier else "L2->L1"),
-            self._gates["L2->L1"].transfer(is_demand) as disk,
-            self._gates["L1->L0"].transfer(is_demand) as pcie,
-            L2Reader(obj, direct=self.settings.l2_direct_io) as reader,
-        ):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(hops.hop("L2->L0" if device_model is not None else "L2->L1"))
+            disk = stack.enter_context(self._gates["L2->L1"].transfer(is_demand))
+            # The device link is claimed only when bytes will cross it.
+            pcie = stack.enter_context(self._gates["L1->L0"].transfer(is_demand)) if copier else None
+            reader = stack.enter_context(L2Reader(obj, direct=self.settings.l2_direct_io))
             try:
-                if block is not None:
-                    mv, address = host_view(block.buffer)
+                landed: Callable[[int, Any], None]
+                if direct:
+                    assert device_model is not None
+                    assert device_model.padded is not None
+                    target = into_buffer(*host_view(device_model.padded), obj)
 
                     def landed(index: int, token: Any) -> None:
-                        if copier is not None:
+                        return None  # already in place: nothing to copy
+
+                elif block is not None:
+                    target = into_buffer(*host_view(block.buffer), obj)
+
+                    def landed(index: int, token: Any) -> None:
+                        if copier is not None and pcie is not None:
                             start, end = obj.chunk(index)
                             pcie.checkpoint()
                             copier.copy(block.buffer[start:end], start)
 
-                    target = into_buffer(mv, address, obj)
                 else:
                     assert copier is not None
+                    assert pcie is not None
                     ring = StagingRing(window, obj.chunk_bytes, pinned=self.device.type == "cuda")
 
                     def landed(index: int, token: Any) -> None:
@@ -459,31 +475,6 @@ class Executor:
             finally:
                 if copier is not None:
                     copier.finish()
-
-    def _read_l2_into_device(
-        self, obj: L2Object, padded: torch.Tensor, hops: _Hops, is_demand: Callable[[], bool]
-    ) -> None:
-        """L2 → L0 on the CPU device: every chunk read (O_DIRECT) straight into the L0 buffer.
-
-        The reading threads check each chunk's digest as they do for L1; the entry stays invisible
-        until the caller commits it, so a failed chunk leaves nothing behind. Only the disk link is
-        used: there is no host-to-device copy to gate.
-        """
-        mv, address = host_view(padded)
-        window = 2 * self.settings.read_threads
-        with (
-            hops.hop("L2->L0"),
-            self._gates["L2->L1"].transfer(is_demand) as disk,
-            L2Reader(obj, direct=self.settings.l2_direct_io) as reader,
-        ):
-            read_l2(
-                reader,
-                pool=self._disk_pool,
-                window=window,
-                transfer=disk,
-                target=into_buffer(mv, address, obj),
-                landed=lambda _index, _token: None,
-            )
 
     def _l1_to_l0(self, spec: ModelSpec, block: HostBlock, hops: _Hops, demand: bool) -> None:
         key = spec.key

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -77,10 +78,14 @@ def test_l2_to_l0_overlaps_and_gives_the_right_tensors(
     catalog: Catalog, make_executor: ExecutorFactory
 ) -> None:
     executor = make_executor(catalog)
+    executor._direct_l0 = False  # the CUDA structure: read into L1, copy each chunk on as it lands
     executor.ensure("m2", Tier.L2)
     result = executor.ensure("m2", Tier.L0)
     assert result.served_from is Tier.L2
     assert set(result.seconds_per_hop) == {"L2->L0"}
+    l1 = executor.state().tier(Tier.L1)
+    assert l1 is not None
+    assert [r.model for r in l1.resident] == ["m2"]  # went through L1, not straight into L0
     from safetensors.torch import load_file
 
     expected = load_file(str(FileStore.path(catalog["m2"].uri)))
@@ -279,8 +284,18 @@ def test_state_reports_every_tier(catalog: Catalog, make_executor: ExecutorFacto
 
 @pytest.mark.parametrize("start_in", [Tier.L2, Tier.L3])
 def test_model_bigger_than_l1_reaches_l0_through_a_staging_ring(
-    catalog: Catalog, make_executor: ExecutorFactory, start_in: Tier
+    catalog: Catalog, make_executor: ExecutorFactory, start_in: Tier, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import executor._executor as module
+
+    rings: list[object] = []
+    real_ring = module.StagingRing
+
+    def counting_ring(*args: Any, **kwargs: Any) -> object:
+        rings.append(real_ring(*args, **kwargs))
+        return rings[-1]
+
+    monkeypatch.setattr(module, "StagingRing", counting_ring)
     size = catalog["m0"].size_bytes
     executor = make_executor(catalog, l1_budget_bytes=size // 2)
     executor._direct_l0 = False  # the CUDA structure (the CPU device reads straight into L0)
@@ -288,6 +303,8 @@ def test_model_bigger_than_l1_reaches_l0_through_a_staging_ring(
         executor.ensure("m0", Tier.L2)
 
     result = executor.ensure("m0", Tier.L0, demand=True)
+
+    assert len(rings) == 1  # the bytes really went through the ring, not straight into L0
 
     assert result.served_from is start_in
     assert "L2->L0" in result.seconds_per_hop
