@@ -18,6 +18,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -27,9 +28,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
+from kafka.errors import KafkaError
 from pydantic import BaseModel, ValidationError
 
 from executor import Executor
@@ -49,7 +49,7 @@ from prewarm import (
     get_logger,
 )
 from prewarm._metrics import counter, histogram, render
-from prewarm.kafka import bootstrap_servers, broker_errors
+from prewarm.kafka import bootstrap_servers, broker_errors, ensure_control_topics
 
 __all__ = ["ExecutorDaemon", "LoadRequest"]
 
@@ -101,31 +101,15 @@ class ExecutorDaemon:
         self._demand_lane = ThreadPoolExecutor(2, thread_name_prefix="prewarm-demand")
         self._threads: list[threading.Thread] = []
         self._producer: KafkaProducer | None = None
-        self.outcomes: list[OrderOutcome] = []  # the last few, for tests and /v1/state readers
+        # The last few, for tests and /v1/state readers; deque.append is atomic, and three threads apply.
+        self.outcomes: deque[OrderOutcome] = deque(maxlen=50)
         self.error: BrokerError | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> ExecutorDaemon:
         servers = bootstrap_servers(self._kafka)
-        with broker_errors("executor topics"):
-            admin = KafkaAdminClient(
-                bootstrap_servers=servers, client_id=f"{self._kafka.kafka_client_id}-executor"
-            )
-            try:
-                for topic in (
-                    NewTopic(self._kafka.topic_orders, num_partitions=1, replication_factor=1),
-                    NewTopic(
-                        self._kafka.topic_executor_state,
-                        num_partitions=1,
-                        replication_factor=1,
-                        topic_configs={"cleanup.policy": "compact"},
-                    ),
-                ):
-                    with suppress(TopicAlreadyExistsError):
-                        admin.create_topics([topic])
-            finally:
-                admin.close()
+        ensure_control_topics(self._kafka, client_id=f"{self._kafka.kafka_client_id}-executor")
         with broker_errors("connect state producer"):
             self._producer = KafkaProducer(
                 bootstrap_servers=servers,
@@ -247,7 +231,7 @@ class ExecutorDaemon:
     def _apply(self, order: Order) -> OrderOutcome:
         outcome = self.executor.apply(order)
         _ORDERS_SEEN.labels(outcome.status.value).inc()
-        self.outcomes = [*self.outcomes[-49:], outcome]
+        self.outcomes.append(outcome)
         if outcome.status is OrderStatus.FAILED:
             log.warning(
                 "order failed", extra={"order": order.id, "model": order.model, "detail": outcome.detail}

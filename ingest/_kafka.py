@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
 
 from prewarm._settings import KafkaSettings
-from prewarm.kafka import bootstrap_servers, broker_errors
+from prewarm.kafka import bootstrap_servers, broker_errors, create_topics
 
 __all__ = ["consumer_config", "create_topic", "end_offsets", "make_producer"]
 
@@ -45,15 +44,7 @@ def consumer_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
 
 def create_topic(kafka: KafkaSettings, topic: str, partitions: int = 1) -> bool:
     """Create ``topic`` if missing; returns whether it was created."""
-    with broker_errors(f"create topic {topic}"):
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers(kafka), client_id=kafka.kafka_client_id)
-        try:
-            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-            return True
-        except TopicAlreadyExistsError:
-            return False
-        finally:
-            admin.close()
+    return bool(create_topics(kafka, [NewTopic(topic, num_partitions=partitions, replication_factor=1)]))
 
 
 def end_offsets(kafka: KafkaSettings, topic: str, timeout_s: float = 10.0) -> dict[int, int]:

@@ -23,10 +23,9 @@ from kafka import KafkaConsumer, TopicPartition
 
 from models import Catalog, ModelSpec
 from prewarm import Order, Settings, get_logger
-from prewarm.kafka import bootstrap_servers, broker_errors
+from prewarm.kafka import bootstrap_servers, broker_errors, ensure_control_topics
 from scheduler._auth import Authenticator
 from scheduler._cluster import Cluster
-from scheduler._kafka import ensure_topics
 from scheduler._serve import BackgroundServer
 
 __all__ = ["WARMUP", "bench_hints"]
@@ -141,7 +140,7 @@ def _scheduler(settings: Settings, hints: int) -> Iterator[tuple[str, str, list[
 
 def bench_hints(settings: Settings, hints: int = 200, *, timeout_s: float = 10.0) -> dict[str, Any]:
     """Post ``hints`` hints one after another; percentiles of hint → order-on-Kafka latency."""
-    ensure_topics(settings.kafka)
+    ensure_control_topics(settings.kafka)
     latencies: list[float] = []
     no_order = 0
     with _scheduler(settings, hints) as (url, token, models, own):

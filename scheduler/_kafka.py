@@ -8,43 +8,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import suppress
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 from pydantic import ValidationError
 
 from prewarm import BrokerError, ExecutorState, KafkaSettings, Order, get_logger
 from prewarm.kafka import bootstrap_servers, broker_errors
 
-__all__ = ["OrderPublisher", "StateFollower", "ensure_topics"]
+__all__ = ["OrderPublisher", "StateFollower"]
 
 log = get_logger(__name__)
-
-
-def ensure_topics(kafka: KafkaSettings, *, partitions: int = 1) -> None:
-    """Create the orders topic and the compacted executor-state topic if they do not exist."""
-    wanted = [
-        NewTopic(kafka.topic_orders, num_partitions=partitions, replication_factor=1),
-        # Compacted: the latest report per node survives forever, so a restarted scheduler knows every
-        # node at once instead of waiting for each to report again.
-        NewTopic(
-            kafka.topic_executor_state,
-            num_partitions=partitions,
-            replication_factor=1,
-            topic_configs={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"},
-        ),
-    ]
-    with broker_errors("create scheduler topics"):
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers(kafka), client_id=kafka.kafka_client_id)
-        try:
-            for topic in wanted:
-                with suppress(TopicAlreadyExistsError):
-                    admin.create_topics([topic])
-        finally:
-            admin.close()
 
 
 class OrderPublisher:

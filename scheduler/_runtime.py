@@ -37,9 +37,10 @@ from forecaster import ModelForecast
 from models import Catalog, CatalogWatcher
 from prewarm import BrokerError, ConfigError, Hint, Order, PrewarmError, Settings, get_logger
 from prewarm._metrics import counter
+from prewarm.kafka import ensure_control_topics
 from scheduler._cluster import Cluster
 from scheduler._core import SchedulerCore
-from scheduler._kafka import OrderPublisher, StateFollower, ensure_topics
+from scheduler._kafka import OrderPublisher, StateFollower
 from scheduler._planner import PlannerConfig
 from scheduler._signals import demand_hints, rate_forecasts
 
@@ -147,7 +148,7 @@ class Runtime:
         if _CURRENT is not None and _CURRENT is not self:
             raise ConfigError("another scheduler runtime is already running in this process")
         kafka = self.settings.kafka
-        ensure_topics(kafka)
+        ensure_control_topics(kafka)
         self._publisher = OrderPublisher(kafka)
         self._follower = StateFollower(kafka, self.core.observe).start()
         # Plan with what the nodes last said, if they said anything: a restart does not start blind.
