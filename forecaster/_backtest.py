@@ -9,7 +9,7 @@ table that shows whether the probabilities are calibrated.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,12 @@ def fit_bundle(
     with threadpool_limits(1):
         choices = select_and_fit(history, config)
     return ForecasterBundle.from_choices(
-        choices, trained_until=float(history.end), bucket_s=bucket_s, horizon_s=horizon_s
+        choices,
+        trained_until=float(history.end),
+        bucket_s=bucket_s,
+        horizon_s=horizon_s,
+        # The active/idle factors were fitted over this many minutes: predict must count the same way.
+        state_minutes=(config or SelectionConfig()).state_minutes,
     )
 
 
@@ -71,7 +76,8 @@ def backtest(
         raise InvalidInput(
             f"less than {lead + window} minutes of history after --train-until", reason="split"
         )
-    config = config or SelectionConfig(lead=lead, window=window)
+    # ``lead`` and ``window`` say what is scored: the selection scores the same thing.
+    config = replace(config or SelectionConfig(), lead=lead, window=window)
     began = time.perf_counter()
     bundle = fit_bundle(train, config)
     fit_s = time.perf_counter() - began

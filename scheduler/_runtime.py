@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -329,7 +330,12 @@ class Runtime:
             trained = self._forecasts(now, models)
         else:
             bundle = self._champion(now)
-            trained = bundle.predict(now, horizon) if bundle is not None else {}
+            trained = {}
+            if bundle is not None:
+                # The champion was chosen with its first minutes conditioned on recent activity
+                # (sessions go on): serve it the same way.
+                recent = {m: float(np.nansum(c[-bundle.state_minutes :])) for m, c in counts.items()}
+                trained = bundle.predict(now, horizon, recent=recent)
         forecasts.update({m: f for m, f in trained.items() if m in self.core.catalog})
         return forecasts, demand_hints(last, now, window)
 
