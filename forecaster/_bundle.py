@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +89,10 @@ class ForecasterBundle:
     @property
     def models(self) -> list[str]:
         return [c.model for c in self.choices]
+
+    def family_counts(self) -> dict[str, int]:
+        """How many models each family was chosen for, by family name."""
+        return dict(sorted(Counter(c.family for c in self.choices).items()))
 
     def choice(self, model: str) -> Choice:
         return self.choices[self._index[model]]

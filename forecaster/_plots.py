@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from forecaster._backtest import BacktestReport
-from forecaster._bundle import ForecasterBundle
+from forecaster._types import ModelForecast
 
 __all__ = ["backtest_plots", "forecast_plot"]
 
@@ -72,17 +72,9 @@ def backtest_plots(report: BacktestReport, out_dir: Path, max_models: int = 6) -
     return paths
 
 
-def forecast_plot(
-    bundle: ForecasterBundle,
-    model: str,
-    now: float,
-    horizon_s: int,
-    actual: np.ndarray | None,
-    out: Path,
-) -> Path:
+def forecast_plot(fc: ModelForecast, model: str, actual: np.ndarray | None, out: Path) -> Path:
     """Expected requests and P(any) per bucket for one model, with actual counts when known."""
     plt = _pyplot()
-    fc = bundle.predict(now, horizon_s)[model]
     minutes = (np.arange(len(fc.expected)) * fc.bucket_s) / 60.0
     fig, ax = plt.subplots(figsize=(10, 3))
     if actual is not None:

@@ -113,11 +113,6 @@ def _tracking(tracking_uri: str) -> Iterator[Any]:
             os.environ["MLFLOW_TRACKING_URI"] = saved_env
 
 
-def _safe_key(text: str) -> str:
-    # MLflow keys allow letters, digits, '_', '-', '.', ' ', '/'; model ids only use those already.
-    return text
-
-
 def log_retrain(
     bundle: ForecasterBundle,
     report: BacktestReport | None,
@@ -145,7 +140,7 @@ def log_retrain(
             if report is not None:
                 for model, values in report.per_model.items():
                     for key in ("brier", "brier_baseline", "brier_time_of_week", "poisson_deviance"):
-                        metrics[f"model.{_safe_key(model)}.{key}"] = float(values[key])
+                        metrics[f"model.{model}.{key}"] = float(values[key])
             metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}
             mlflow.set_tags(
                 {

@@ -18,7 +18,7 @@ does not change when more models are generated; the whole thing is numpy-vectori
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -39,7 +39,6 @@ class SyntheticTrace:
 
     ``events``: ``timestamp`` (float epoch s) and ``model`` (categorical of the model ids), sorted by
     time. ``counts[i, m]`` is the number of events of ``models[i]`` in minute ``m`` (from ``start``);
-    ``rates`` the per-minute rate they were drawn from (the best any forecaster could know).
     """
 
     events: pd.DataFrame
@@ -47,7 +46,6 @@ class SyntheticTrace:
     models: list[str]
     start: float
     counts: npt.NDArray[np.int32]
-    rates: npt.NDArray[np.float32] = field(repr=False)
 
     @property
     def minutes(self) -> int:
@@ -75,7 +73,6 @@ def generate(models: int, days: float, *, seed: int = 0, start: float = DEFAULT_
     ]
     cal = _Calendar(start, n_min)
     counts = np.zeros((models, n_min), dtype=np.int32)
-    rates = np.zeros((models, n_min), dtype=np.float32)
     stamps: list[npt.NDArray[np.float64]] = []
     codes: list[npt.NDArray[np.int32]] = []
     for i, family in enumerate(families):
@@ -83,7 +80,6 @@ def generate(models: int, days: float, *, seed: int = 0, start: float = DEFAULT_
         rate = _RATE[family](rng, cal)
         row = rng.poisson(rate)
         counts[i] = row
-        rates[i] = rate
         minute = np.repeat(np.arange(n_min), row)
         stamps.append(start + 60.0 * (minute + rng.random(minute.size)))
         codes.append(np.full(minute.size, i, dtype=np.int32))
@@ -102,7 +98,6 @@ def generate(models: int, days: float, *, seed: int = 0, start: float = DEFAULT_
         models=ids,
         start=float(start),
         counts=counts,
-        rates=rates,
     )
 
 

@@ -109,9 +109,7 @@ def demo(
             )
             result = retrain(settings_local, store, train_end)
         bundle = result.bundle
-        chosen: dict[str, int] = {}
-        for model in bundle.models:
-            chosen[bundle.choice(model).family] = chosen.get(bundle.choice(model).family, 0) + 1
+        chosen = bundle.family_counts()
         _say(
             "forecaster", f"trained {len(bundle.models)} models on {days - 1} days; families chosen: {chosen}"
         )

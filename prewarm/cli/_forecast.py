@@ -58,7 +58,7 @@ def train(
         "trained_until": _iso(result.bundle.trained_until),
         "seconds": round(result.seconds, 2),
         "timings": result.timings,
-        "families_chosen": _family_counts(result.bundle),
+        "families_chosen": result.bundle.family_counts(),
         "aggregate": None if result.report is None else _without(result.report.aggregate, "by_pattern"),
         "decision": None if result.decision is None else vars(result.decision),
     }
@@ -110,7 +110,7 @@ def show(
     if png is not None:
         from forecaster._plots import forecast_plot
 
-        forecast_plot(bundle, model, at, horizon, None if counts is None else np.asarray(counts), png)
+        forecast_plot(fc, model, None if counts is None else np.asarray(counts), png)
     choice = bundle.choice(model)
     header = {
         "model": model,
@@ -182,7 +182,6 @@ def backtest_cmd(
             raise InvalidInput(f"{trace}: no events", reason="empty")
         history = History.from_events(events)
     config = selection_config(settings)
-    config = type(config)(**{**vars(config), "lead": lead, "window": window})
     report = backtest(
         history, parse_time(train_until, "--train-until"), lead=lead, window=window, config=config
     )
@@ -271,13 +270,6 @@ def bench_forecast(
         "predict_under_1s": speed["predict_seconds_max"] < 1.0,
     }
     write_json(result, json_out or Path("-"))
-
-
-def _family_counts(bundle: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for choice in bundle.choices:
-        out[choice.family] = out.get(choice.family, 0) + 1
-    return dict(sorted(out.items()))
 
 
 def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:

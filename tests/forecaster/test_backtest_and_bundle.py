@@ -109,7 +109,13 @@ def test_every_family_fits_and_compiles_a_week_table(synthetic_small: tuple[Hist
     head, _ = history.split(history.start + 8 * DAY)
     for alias, family in FAMILIES.items():
         rows = np.flatnonzero(family.eligible(head))
-        for params in family.fit(head.select(rows)):
+        if rows.size == 0:
+            # ETS and MSTL only take busy series, which this small fleet has none of: fit them on the
+            # two busiest anyway, so that every family's code runs here.
+            rows = np.argsort(-np.nansum(head.counts, axis=1))[:2]
+        fitted = family.fit(head.select(rows))
+        assert len(fitted) == rows.size, alias
+        for params in fitted:
             assert not isinstance(params, forecaster.families.Failure), alias
             json.dumps(params)  # parameters are plain JSON
             week = family.week(params)
