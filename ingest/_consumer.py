@@ -44,6 +44,9 @@ __all__ = ["IngestConsumer", "IngestSummary", "count_records"]
 
 log = get_logger(__name__)
 
+# Store counter names of dead letters: this prefix, then the reason.
+DEAD_LETTERED = "dead_lettered:"
+
 _GC_GEN0_THRESHOLD = 50_000
 # Consecutive failed commits (store or dead-letter topic unavailable) tolerated before giving up.
 _MAX_FAILURES = 8
@@ -147,7 +150,6 @@ class IngestConsumer:
         self.settings = ingest
         self.clock = clock
         self.policy = WindowPolicy(ingest.lateness_s, ingest.future_tolerance_s)
-        self._kafka = kafka
         self._parts: dict[TopicPartition, _Partition] = {}
         self._agg = MinuteAggregator(self.policy)
         self._dead: Counter[str] = Counter()
@@ -262,7 +264,7 @@ class IngestConsumer:
             records=self._records, events=self._agg.counted, late_dropped=self._agg.late
         )
         for reason, n in self._dead.items():
-            counters[f"dead_lettered:{reason}"] = n
+            counters[f"{DEAD_LETTERED}{reason}"] = n
         started = time.perf_counter()
         self._dlq.flush()
         self.store.commit_batch(

@@ -102,10 +102,6 @@ class DeadLetterWriter:
                 )
             )
 
-    @property
-    def pending(self) -> int:
-        return len(self._futures)
-
     def flush(self, timeout_s: float = 30.0) -> None:
         """Block until every dead letter sent so far is acknowledged."""
         if not self._futures:

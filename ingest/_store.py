@@ -200,53 +200,69 @@ class DemandStore:
     def _least(self, a: Any, b: Any) -> Any:
         return sa.func.least(a, b) if self.dialect == "postgresql" else sa.func.min(a, b)
 
+    def _upsert(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        keys: Sequence[str],
+        rows: list[dict[str, Any]],
+        update: Callable[[Any], dict[str, Any]],
+    ) -> None:
+        """Insert ``rows``, merging each into an existing row with the same ``keys``: ``update`` gets
+        the proposed row (``excluded``) and returns the new values. Callers sort ``rows``, so two
+        writers on PostgreSQL lock rows in the same order and cannot deadlock."""
+        if not rows:
+            return
+        stmt = self._insert(table)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[table.c[k] for k in keys], set_=update(stmt.excluded)
+        )
+        conn.execute(stmt, rows)
+
     def _write(
         self, conn: Connection, cells: Mapping[tuple[str, int], Cell], last_seen: Mapping[str, int]
     ) -> None:
-        if cells:
-            # Sorted, so two writers on PostgreSQL lock rows in the same order and cannot deadlock.
-            rows = [
+        m, d = demand_minute.c, demand_model.c
+        self._upsert(
+            conn,
+            demand_minute,
+            ["model", "minute"],
+            [
                 {
-                    "model": m,
+                    "model": model,
                     "minute": t,
                     "requests": c.requests,
                     "cold_starts": c.cold_starts,
                     "wait_ms": c.wait_ms,
                 }
-                for (m, t), c in sorted(cells.items())
-            ]
-            stmt = self._insert(demand_minute)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[demand_minute.c.model, demand_minute.c.minute],
-                set_={
-                    "requests": demand_minute.c.requests + stmt.excluded.requests,
-                    "cold_starts": demand_minute.c.cold_starts + stmt.excluded.cold_starts,
-                    "wait_ms": demand_minute.c.wait_ms + stmt.excluded.wait_ms,
-                },
-            )
-            conn.execute(stmt, rows)
-        if last_seen:
-            rows = [{"model": m, "first_ms": ts, "last_ms": ts} for m, ts in sorted(last_seen.items())]
-            stmt = self._insert(demand_model)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[demand_model.c.model],
-                set_={
-                    "first_ms": self._least(demand_model.c.first_ms, stmt.excluded.first_ms),
-                    "last_ms": self._greatest(demand_model.c.last_ms, stmt.excluded.last_ms),
-                },
-            )
-            conn.execute(stmt, rows)
+                for (model, t), c in sorted(cells.items())
+            ],
+            lambda new: {
+                "requests": m.requests + new.requests,
+                "cold_starts": m.cold_starts + new.cold_starts,
+                "wait_ms": m.wait_ms + new.wait_ms,
+            },
+        )
+        self._upsert(
+            conn,
+            demand_model,
+            ["model"],
+            [{"model": model, "first_ms": ts, "last_ms": ts} for model, ts in sorted(last_seen.items())],
+            lambda new: {
+                "first_ms": self._least(d.first_ms, new.first_ms),
+                "last_ms": self._greatest(d.last_ms, new.last_ms),
+            },
+        )
 
     def _bump(self, conn: Connection, group: str, counters: Mapping[str, int]) -> None:
-        rows = [{"group_id": group, "name": k, "value": v} for k, v in sorted(counters.items()) if v]
-        if not rows:
-            return
-        stmt = self._insert(ingest_counter)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[ingest_counter.c.group_id, ingest_counter.c.name],
-            set_={"value": ingest_counter.c.value + stmt.excluded.value},
+        c = ingest_counter.c
+        self._upsert(
+            conn,
+            ingest_counter,
+            ["group_id", "name"],
+            [{"group_id": group, "name": k, "value": v} for k, v in sorted(counters.items()) if v],
+            lambda new: {"value": c.value + new.value},
         )
-        conn.execute(stmt, rows)
 
     def _move_offsets(
         self, conn: Connection, group: str, updates: Sequence[OffsetUpdate], now: float

@@ -10,7 +10,7 @@ stopped would. Only the "too far in the future" check uses ``now``, which is alw
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prewarm._schemas import RequestEvent
@@ -109,10 +109,6 @@ class MinuteAggregator:
         self.late += other.late
         self.future += other.future
 
-    @property
-    def empty(self) -> bool:
-        return not (self.counted or self.late or self.future)
-
 
 def aggregate(
     events: Iterable[RequestEvent],
@@ -126,11 +122,3 @@ def aggregate(
     for event in events:
         _, watermark_ms = agg.add(event, watermark_ms, now)
     return agg, watermark_ms
-
-
-def totals(cells: Mapping[tuple[str, int], Cell]) -> dict[str, int]:
-    """Requests per model over all minutes (a convenience for checks and stats)."""
-    out: dict[str, int] = {}
-    for (model, _), cell in cells.items():
-        out[model] = out.get(model, 0) + cell.requests
-    return out

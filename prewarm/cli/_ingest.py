@@ -114,6 +114,7 @@ def stats(
 ) -> None:
     """Events counted, dead letters by reason, lag per partition, last event time per model."""
     from ingest import DemandStore
+    from ingest._consumer import DEAD_LETTERED
     from ingest._kafka import end_offsets
     from prewarm._exceptions import BrokerError
 
@@ -144,9 +145,9 @@ def stats(
         "events": counters.get("events", 0),
         "late_dropped": counters.get("late_dropped", 0),
         "dead_lettered": {
-            name.split(":", 1)[1]: value
+            name.removeprefix(DEAD_LETTERED): value
             for name, value in sorted(counters.items())
-            if name.startswith("dead_")
+            if name.startswith(DEAD_LETTERED)
         },
         "committed_offsets": {str(p): o.next_offset for p, o in sorted(committed.items())},
         "lag": lag,

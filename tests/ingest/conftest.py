@@ -17,8 +17,6 @@ from sqlalchemy.engine import make_url
 from ingest import DemandStore
 from prewarm import IngestSettings, KafkaSettings
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def _pg_schema_url(base: str, schema: str) -> str:
     url = make_url(base)
