@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -72,9 +71,6 @@ class ObjectStore(ABC):
         for block in self.iter_bytes(uri):
             digest.update(block)
         return digest.hexdigest()
-
-    def describe(self) -> str:
-        return self.scheme
 
 
 class FileStore(ObjectStore):
@@ -205,10 +201,6 @@ class S3Store(ObjectStore):
             endpoint_url=str(settings.s3_endpoint) if settings.s3_endpoint else None,
             config=config,
         )
-        self._lock = threading.Lock()
-
-    def describe(self) -> str:
-        return f"s3 at {self.endpoint}"
 
     def _call(self, what: str, fn: Callable[[], _T]) -> _T:
         retrying = Retrying(

@@ -26,7 +26,6 @@ class Transfer:
         self._gate = gate
         self._is_demand = is_demand
         self.registered = False
-        self.paused_s = 0.0
 
     def checkpoint(self) -> None:
         """Return when this transfer may issue its next chunk."""
@@ -42,10 +41,6 @@ class LinkGate:
         self.name = name
         self._cond = threading.Condition()
         self._demands = 0
-
-    @property
-    def active_demands(self) -> int:
-        return self._demands
 
     @contextlib.contextmanager
     def transfer(self, is_demand: Callable[[], bool]) -> Iterator[Transfer]:

@@ -104,11 +104,6 @@ class TierCache(Generic[K, V]):
                 entry.prefetched = False
             return entry.value
 
-    def contains(self, key: K) -> bool:
-        with self._lock:
-            entry = self._entries.get(key)
-            return entry is not None and entry.ready and not entry.doomed
-
     def snapshot(self) -> list[Entry[K, V]]:
         with self._lock:
             return [Entry(**vars(e)) for e in self._entries.values()]
@@ -117,10 +112,6 @@ class TierCache(Generic[K, V]):
         """Any entry for ``key``: ready, loading, or pinned and on its way out."""
         with self._lock:
             return key in self._entries
-
-    def keys(self) -> list[K]:
-        with self._lock:
-            return list(self._entries)
 
     # -- changing
 

@@ -19,7 +19,6 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from pathlib import Path
@@ -317,14 +316,12 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": status, "message": message}, status_code=status)
 
 
-def run_forever(
-    daemon: ExecutorDaemon, host: str, port: int, *, serve: Callable[..., Any] | None = None
-) -> None:
+def run_forever(daemon: ExecutorDaemon, host: str, port: int) -> None:
     """Start the daemon, serve its API until interrupted, stop it."""
     import uvicorn
 
     daemon.start()
     try:
-        (serve or uvicorn.run)(daemon.app(), host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.run(daemon.app(), host=host, port=port, log_level="warning", access_log=False)
     finally:
         daemon.stop()

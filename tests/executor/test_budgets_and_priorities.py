@@ -221,12 +221,12 @@ def test_demand_load_finishes_before_a_prefetch_started_earlier(
     prefetch = threading.Thread(target=load, args=("big", False))
     prefetch.start()
     time.sleep(0.1)  # the prefetch is well under way
+    assert finished == []  # ... and still running when the demand arrives
     demand = threading.Thread(target=load, args=("small", True))
     demand.start()
     prefetch.join()
     demand.join()
     assert finished == ["small", "big"]
-    assert -(-big.size_bytes // part) * 0.05 / 4 > 0.3  # the prefetch really was still running
 
 
 @pytest.fixture(autouse=True)
