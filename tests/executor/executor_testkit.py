@@ -52,3 +52,12 @@ def s3_settings(**overrides: Any) -> S3Settings:
     }
     values.update(overrides)
     return S3Settings.model_construct(**values)
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    """Corrupt one byte on disk, as bit rot would."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from executor_testkit import CHUNK, ExecutorFactory, make_model
+from executor_testkit import CHUNK, ExecutorFactory, flip_byte, make_model
 from safetensors.torch import load_file
 
 from executor import FileStore
@@ -17,14 +17,6 @@ from executor._l2 import L2Reader
 from executor._l3 import OnPiece
 from models import Catalog, ModelSpec
 from prewarm import IntegrityError, ObjectStoreError, StorageError, Tier
-
-
-def _flip_byte(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0xFF]))
 
 
 def _l2_path(executor: object, spec: ModelSpec) -> Path:
@@ -36,7 +28,7 @@ def test_flipped_byte_in_l2_is_refetched_from_l3(catalog: Catalog, make_executor
     executor = make_executor(catalog)
     spec = catalog["m0"]
     assert executor.ensure("m0", Tier.L2).served_from is Tier.L3
-    _flip_byte(_l2_path(executor, spec), spec.size_bytes - CHUNK // 2)  # inside a tensor, last chunk
+    flip_byte(_l2_path(executor, spec), spec.size_bytes - CHUNK // 2)  # inside a tensor, last chunk
 
     result = executor.ensure("m0", Tier.L0)
 
@@ -53,7 +45,7 @@ def test_flipped_byte_in_an_l2_header_is_refetched_too(
 ) -> None:
     executor = make_executor(catalog)
     executor.ensure("m1", Tier.L2)
-    _flip_byte(_l2_path(executor, catalog["m1"]), 20)  # inside the JSON header
+    flip_byte(_l2_path(executor, catalog["m1"]), 20)  # inside the JSON header
 
     assert executor.ensure("m1", Tier.L1).served_from is Tier.L3
     assert executor.verify()[0].ok
@@ -65,7 +57,7 @@ def test_verify_rehashes_everything_and_evicts_corrupt_objects(
     executor = make_executor(catalog)
     for model in ("m0", "m1"):
         executor.ensure(model, Tier.L2)
-    _flip_byte(_l2_path(executor, catalog["m1"]), 100)
+    flip_byte(_l2_path(executor, catalog["m1"]), 100)
 
     results = {r.model: r for r in executor.verify()}
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from executor_testkit import CHUNK, ExecutorFactory
+from executor_testkit import CHUNK, ExecutorFactory, flip_byte
 from safetensors.torch import load_file
 
 from executor import FileStore
@@ -16,14 +15,6 @@ from executor import _executor as executor_module
 from executor._l2 import ALIGN, L2Reader, round_up
 from models import Catalog
 from prewarm import IntegrityError, PrewarmError, Tier
-
-
-def _flip_byte(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0xFF]))
 
 
 def _forbid(name: str) -> Any:
@@ -89,7 +80,7 @@ def test_cpu_l2_to_l0_still_catches_a_flipped_byte(catalog: Catalog, make_execut
     executor = make_executor(catalog)
     executor.ensure("m0", Tier.L2)
     assert spec.sha256 is not None
-    _flip_byte(executor.l2.object_path(spec.sha256), CHUNK + CHUNK // 2)  # inside a tensor, second chunk
+    flip_byte(executor.l2.object_path(spec.sha256), CHUNK + CHUNK // 2)  # inside a tensor, second chunk
 
     result = executor.ensure("m0", Tier.L0)
 
@@ -107,7 +98,7 @@ def test_cpu_l2_to_l0_with_a_flipped_byte_leaves_nothing_visible(
     executor = make_executor(catalog)
     executor.ensure("m1", Tier.L2)
     assert spec.sha256 is not None
-    _flip_byte(executor.l2.object_path(spec.sha256), spec.size_bytes - CHUNK // 2)  # the last chunk
+    flip_byte(executor.l2.object_path(spec.sha256), spec.size_bytes - CHUNK // 2)  # the last chunk
     failures: list[IntegrityError] = []
     read_chunk = L2Reader.read_chunk
 
