@@ -17,7 +17,6 @@ every cold measurement where the kernel allows it (``/proc/sys/vm/drop_caches`` 
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import shutil
 import time
@@ -29,7 +28,9 @@ from typing import Any
 import torch
 
 from executor._executor import Executor
+from executor._hostmem import host_buffer, populate
 from executor._l2 import round_up
+from executor._pipeline import host_view
 from models import Catalog, ModelSpec, shape_for_size, write_safetensors
 from prewarm import Settings, Tier
 
@@ -58,8 +59,11 @@ def drop_page_cache(*paths: Path) -> str | None:
 
 def raw_read_bytes_per_s(path: Path) -> tuple[float, bool]:
     """Sequential read of the whole file in 64 MiB blocks, O_DIRECT when allowed; (rate, direct)."""
-    buffer = mmap.mmap(-1, _RAW_BLOCK)  # page-aligned, as O_DIRECT requires
-    view = memoryview(buffer)
+    # The same memory the executor reads into (page-aligned, huge pages, resident), so the baseline is
+    # the disk's limit and not the limit of a buffer's page layout.
+    buffer = host_buffer(_RAW_BLOCK)
+    populate(buffer)
+    view, _address = host_view(buffer)
     direct = True
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
@@ -77,8 +81,6 @@ def raw_read_bytes_per_s(path: Path) -> tuple[float, bool]:
         elapsed = time.perf_counter() - start
     finally:
         os.close(fd)
-        view.release()
-        buffer.close()
     return size / elapsed, direct
 
 

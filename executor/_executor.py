@@ -171,6 +171,7 @@ class Executor:
             cfg.l2_budget_bytes,
             chunk_bytes=cfg.chunk_bytes,
             clock=clock,
+            direct_io=cfg.l2_direct_io,
         )
         self.l1 = L1Cache(
             cfg.l1_budget_bytes, pinned=self.device.type == "cuda", clock=clock, ttl_s=cfg.prefetch_ttl_s
@@ -331,7 +332,7 @@ class Executor:
                     # L1 cannot hold it: fetch to L2 only, then stage L2 -> L0 below.
             try:
                 tw = self.l2.begin(sha, layout.file_bytes, model=spec.id, version=spec.version)
-                dest = host_view(block.buffer)[0] if block is not None else None
+                dest = host_view(block.buffer) if block is not None else None
                 hop = "L3->L1" if block is not None else "L3->L2"
                 with hops.hop(hop), self._gates["L3->L2"].transfer(self._is_demand(key, demand)) as transfer:
                     fetch_l3(

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from executor._hostmem import host_buffer
 from executor._l1 import ModelKey
-from executor._l2 import ALIGN, round_up
+from executor._l2 import round_up
 from executor._safetensors import Layout
 from executor._tier import PlacementFailed, TierCache
 from prewarm import ExecutorSettings, Tier
@@ -76,9 +77,7 @@ class L0Cache:
 
     def _place(self, nbytes: int) -> DeviceModel:
         if self.device.type == "cpu":
-            raw = torch.empty(round_up(nbytes) + ALIGN, dtype=torch.uint8)
-            skip = (-raw.data_ptr()) % ALIGN
-            padded = raw[skip : skip + round_up(nbytes)]
+            padded = host_buffer(round_up(nbytes))
             return DeviceModel(padded[:nbytes], padded=padded)
         try:
             return DeviceModel(torch.empty(nbytes, dtype=torch.uint8, device=self.device))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from executor._hostmem import host_buffer, populate
 from executor._l2 import ALIGN, round_up
 from executor._safetensors import Layout
 from executor._tier import PlacementFailed, TierCache
@@ -87,10 +88,7 @@ class HostPool:
 
     def _ensure_base(self) -> torch.Tensor:
         if self._base is None:
-            # Over-allocate one page so the usable base is page-aligned whatever the allocator returns.
-            raw = torch.empty(self.capacity + ALIGN, dtype=torch.uint8)
-            skip = (-raw.data_ptr()) % ALIGN
-            base = raw[skip : skip + self._allocator.capacity]
+            base = host_buffer(self._allocator.capacity)
             if self.pinned and base.numel():
                 # cudaHostRegister pins exactly these pages; torch's pinned allocator would round the
                 # request up to a power of two (an 80 GB budget would pin 128 GB).
@@ -113,9 +111,9 @@ class HostPool:
             self._base = None
 
     def prefault(self) -> None:
-        """Touch every page now (plain memory faults pages in lazily; a pinned pool is already touched)."""
+        """Fault every page in now (plain memory faults in lazily; a pinned pool is already resident)."""
         with self._lock:
-            self._ensure_base().fill_(0)
+            populate(self._ensure_base())
 
     def alloc(self, nbytes: int) -> HostBlock:
         with self._lock:

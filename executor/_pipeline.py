@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from executor._l2 import ALIGN, ChunkDigester, L2Cache, L2Object, L2Reader, TempWrite, round_up
+from executor._hostmem import host_buffer
+from executor._l2 import ALIGN, ChunkDigester, L2Cache, L2Object, L2Reader, PartWrite, TempWrite, round_up
 from executor._l3 import ObjectStore
 from executor._priority import Transfer
 from executor._safetensors import Layout, header_length, parse_header
@@ -83,24 +84,32 @@ def fetch_l3(
     l2: L2Cache,
     tw: TempWrite,
     *,
-    dest: memoryview | None,
+    dest: tuple[memoryview, int] | None,
     pool: ThreadPoolExecutor,
     part_bytes: int,
     window: int,
     transfer: Transfer,
 ) -> L2Object:
-    """Stream the object into the temp write (and ``dest``); publish it in L2 when its sha256 matches."""
+    """Stream the object into the temp write (and ``dest``, a buffer with its address); publish it in L2
+    when its sha256 matches."""
     size = tw.size
     parts = [(start, min(start + part_bytes, size)) for start in range(0, size, part_bytes)]
     sha = hashlib.sha256()
     digester = ChunkDigester(l2.chunk_bytes)
 
     def fetch(start: int, end: int) -> memoryview:
-        # Into the L1 buffer when there is one (the bytes are needed there anyway), else a scratch one.
-        data = dest[start:end] if dest is not None else memoryview(bytearray(end - start))
-        # Each piece goes to the L2 temp file as soon as it lands, while it is still in the CPU cache.
-        store.read_range_into(uri, start, data, on_piece=lambda a, b: l2.write(tw, start + a, data[a:b]))
-        return data
+        n = end - start
+        # Into the L1 buffer when there is one (the bytes are needed there anyway), else a scratch one;
+        # with the slack to the next page, so the last part can be written with O_DIRECT too.
+        if dest is not None:
+            view, address = dest[0][start : min(start + round_up(n), len(dest[0]))], dest[1] + start
+        else:
+            view, address = host_view(host_buffer(round_up(n)))
+        part = PartWrite(l2, tw, start, n, view, address)
+        # Pieces go to the L2 temp file as soon as they land, while they are still in the CPU cache.
+        store.read_range_into(uri, start, view[:n], on_piece=part.landed)
+        part.finish()
+        return view[:n]
 
     inflight: deque[Future[memoryview]] = deque()
 

@@ -117,7 +117,7 @@ class ExecutorSettings(_Section):
     read_threads: int = Field(default=4, ge=1, le=64)
     chunk_bytes: Bytes = Field(default=32 * 2**20)
     l2_direct_io: bool = Field(
-        default=True, description="read L2 with O_DIRECT where the filesystem allows (bypasses page cache)"
+        default=True, description="read and write L2 with O_DIRECT where the filesystem allows it"
     )
     prefetch_ttl_s: float = Field(default=600.0, gt=0, description="unused prefetched L1/L0 entries expire")
     executor_api_host: str = "127.0.0.1"

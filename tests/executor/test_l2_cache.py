@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from executor_testkit import CHUNK, ExecutorFactory, flip_byte, make_model
+from executor_testkit import CHUNK, ExecutorFactory, flip_byte, make_model, s3_settings
 from safetensors.torch import load_file
 
 from executor import FileStore
-from executor._l2 import L2Reader
+from executor._hostmem import host_buffer, populate
+from executor._l2 import ChunkDigester, L2Cache, L2Reader, PartWrite, round_up
 from executor._l3 import OnPiece
+from executor._pipeline import host_view
 from models import Catalog, ModelSpec
 from prewarm import IntegrityError, ObjectStoreError, StorageError, Tier
 
@@ -206,3 +210,78 @@ def test_unaligned_destination_is_read_buffered_and_still_checked(
     with L2Reader(obj, direct=True) as reader:
         n = reader.read_chunk(0, view, 1)
     assert bytes(view[:n]) == FileStore.path(catalog["m0"].uri).read_bytes()[:n]
+
+
+@pytest.mark.parametrize(
+    ("direct_io", "part_bytes"),
+    [(True, CHUNK), (True, CHUNK + 1), (False, CHUNK)],
+    ids=["o-direct", "unaligned-parts-buffered", "buffered"],
+)
+def test_downloads_land_in_l2_byte_exact_with_or_without_o_direct(
+    catalog: Catalog, make_executor: ExecutorFactory, direct_io: bool, part_bytes: int
+) -> None:
+    executor = make_executor(catalog, l2_direct_io=direct_io, s3=s3_settings(s3_part_bytes=part_bytes))
+    spec = catalog["m0"]
+    assert spec.size_bytes % 4096  # the last part is rounded up for O_DIRECT and truncated back
+
+    executor.ensure("m0", Tier.L1)  # L3 → L1 and L2 in one pass
+    executor.ensure("m1", Tier.L2)  # L3 → L2 alone, through scratch buffers
+
+    for model in ("m0", "m1"):
+        path = _l2_path(executor, catalog[model])
+        assert path.read_bytes() == FileStore.path(catalog[model].uri).read_bytes()
+    assert all(r.ok for r in executor.verify())
+
+
+def test_a_retried_range_rewrites_its_part_and_the_file_stays_exact(tmp_path: Path) -> None:
+    l2 = L2Cache(tmp_path / "cache", 2**30, chunk_bytes=CHUNK, clock=time.monotonic)
+    data = os.urandom(3 * 2**20 + 123)  # a direct run, a second one, and an unaligned tail
+    sha = hashlib.sha256(data).hexdigest()
+    buffer = host_buffer(round_up(len(data)))
+    view, address = host_view(buffer)
+    tw = l2.begin(sha, len(data), model="m", version="1")
+    assert tw.direct_fd is not None  # ext4: the temp file takes O_DIRECT
+    part = PartWrite(l2, tw, 0, len(data), view, address)
+
+    view[: 2**20 + 5] = b"\0" * (2**20 + 5)  # a first attempt lands garbage, then the connection drops
+    part.landed(0, 2**20 + 5)
+    view[: len(data)] = data  # the retry starts again from byte 0
+    part.landed(0, 2**20)
+    part.landed(2**20, len(data))
+    part.finish()
+    digester = ChunkDigester(CHUNK)
+    digester.update(data)
+    obj = l2.publish(tw, sha, digester.finish())
+
+    assert obj.path.read_bytes() == data
+
+
+def test_host_buffers_are_page_aligned_and_populate_keeps_their_contents() -> None:
+    buffer = host_buffer(5 * 4096 + 7)
+    assert buffer.numel() == 5 * 4096 + 7
+    assert buffer.data_ptr() % 4096 == 0
+    buffer[:] = torch.arange(buffer.numel(), dtype=torch.uint8)
+    before = buffer.clone()
+    populate(buffer)
+    tail = buffer[4096:]
+    del buffer  # a view keeps the mapping alive
+    assert torch.equal(tail, before[4096:])
+
+
+def test_an_unaligned_part_boundary_never_overwrites_the_next_part(tmp_path: Path) -> None:
+    l2 = L2Cache(tmp_path / "cache", 2**30, chunk_bytes=CHUNK, clock=time.monotonic)
+    data = os.urandom(2 * 2**20 + 10)
+    cut = 2**20 + 1  # parts of an unaligned size: only the object's end may be rounded up
+    sha = hashlib.sha256(data).hexdigest()
+    tw = l2.begin(sha, len(data), model="m", version="1")
+    for start, end in ((cut, len(data)), (0, cut)):  # the second part lands first
+        buffer = host_buffer(round_up(end - start))  # scratch memory: zeros past the part's end
+        view, address = host_view(buffer)
+        view[: end - start] = data[start:end]
+        part = PartWrite(l2, tw, start, end - start, view, address)
+        part.landed(0, end - start)
+        part.finish()
+    digester = ChunkDigester(CHUNK)
+    digester.update(data)
+
+    assert l2.publish(tw, sha, digester.finish()).path.read_bytes() == data
