@@ -286,8 +286,9 @@ class Executor:
         if tier is Tier.L2:
             if obj is not None:
                 return result(Tier.L2)
-            if self._l1_to_l2(spec, hops):
-                return result(Tier.L1)  # a demotion: written from host memory, no download
+            demoted_from = self._demote_to_l2(spec, hops)
+            if demoted_from is not None:
+                return result(demoted_from)  # written from host or device memory, no download
             served = self._from_l3(spec, tier, hops, demand)
             return result(served)
         if obj is not None:
@@ -491,33 +492,46 @@ class Executor:
             self.l0.cache.abort(key)
             raise
 
-    def _l1_to_l2(self, spec: ModelSpec, hops: _Hops) -> bool:
-        """Write a model L1 holds to L2 (verified like a download); False when L1 does not hold it."""
+    def _demote_to_l2(self, spec: ModelSpec, hops: _Hops) -> Tier | None:
+        """Write a model that L1 or L0 holds to L2, verified like a download; where it came from, or
+        None when neither holds it. From L1 the block is written as it is (O_DIRECT, no copy); from L0
+        in chunks through host scratch buffers."""
         assert spec.sha256 is not None
-        block = self.l1.cache.pin(spec.key)
-        if block is None:
-            return False
+        key = spec.key
+        block = self.l1.cache.pin(key)
+        device_model = self.l0.cache.pin(key) if block is None else None
+        if block is None and device_model is None:
+            return None
+        source = Tier.L1 if block is not None else Tier.L0
         try:
-            store = MemoryStore(host_view(block.buffer)[0], spec.size_bytes)
+            if block is not None:
+                store, dest = MemoryStore(block.buffer[: spec.size_bytes]), host_view(block.buffer)
+            else:
+                assert device_model is not None
+                store, dest = MemoryStore(device_model.buffer), None
             with self.l2.download_lock(spec.sha256):
                 if self.l2.refresh(spec.sha256) is not None:
-                    return True
+                    return source
                 tw = self.l2.begin(spec.sha256, spec.size_bytes, model=spec.id, version=spec.version)
-                with hops.hop("L1->L2"), self._gates["L3->L2"].transfer(lambda: False) as transfer:
+                hop = f"{source.value}->L2"
+                with hops.hop(hop), self._gates["L3->L2"].transfer(lambda: False) as transfer:
                     fetch_l3(
                         store,
                         spec.uri,
                         self.l2,
                         tw,
-                        dest=None,
+                        dest=dest,
                         pool=self._net_pool,
                         part_bytes=self.settings.chunk_bytes,
                         window=2 * self.settings.read_threads,
                         transfer=transfer,
                     )
         finally:
-            self.l1.cache.unpin(spec.key)
-        return True
+            if block is not None:
+                self.l1.cache.unpin(key)
+            else:
+                self.l0.cache.unpin(key)
+        return source
 
     def _l0_to_l1(self, spec: ModelSpec, hops: _Hops, demand: bool) -> bool:
         """Copy a model down from L0 into L1 when only L0 holds it; False when L0 does not."""

@@ -6,7 +6,8 @@ issues ``s3_concurrency`` ranged GETs of ``s3_part_bytes`` at a time. Retries wi
 range, here, on errors classified transient; everything botocore raises is translated at this boundary
 into ``ObjectStoreError`` naming the endpoint, so callers (and the CLI) print one line, never a trace.
 boto3 is imported only when an ``s3://`` store is opened: a GPU node in embedded mode does not need it.
-``MemoryStore`` serves one object from host memory, so a demotion to L2 reuses the download path.
+``MemoryStore`` serves one object from host or device memory, so a demotion to L2 reuses the download
+path.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
+import torch
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from prewarm import ObjectStoreError, S3Settings, get_logger
@@ -125,24 +127,28 @@ class FileStore(ObjectStore):
 
 
 class MemoryStore(ObjectStore):
-    """One object already in memory (an L1 block), so a demotion to L2 reuses the verified L3 → L2
-    write path (temp file, digests, sha256 check, rename) without touching the network."""
+    """One object already in memory (an L1 block, or an L0 buffer on any device), so a demotion to L2
+    reuses the verified L3 → L2 write path (temp file, digests, sha256 check, rename) without touching
+    the network. Given the object's own memory as the destination (an L1 block), nothing is copied."""
 
     scheme = "memory"
 
-    def __init__(self, buffer: memoryview, size: int) -> None:
-        self._buffer = buffer[:size]
+    def __init__(self, buffer: torch.Tensor) -> None:
+        self._buffer = buffer  # flat uint8, the object's bytes
 
     def size(self, uri: str) -> int:
-        return len(self._buffer)
+        return self._buffer.numel()
 
     def read_range(self, uri: str, start: int, end: int) -> bytes:
-        return bytes(self._buffer[start:end])
+        return bytes(self._buffer[start:end].cpu().numpy())
 
     def read_range_into(
         self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
     ) -> None:
-        dest[:] = self._buffer[start : start + len(dest)]
+        out = torch.frombuffer(dest, dtype=torch.uint8)
+        source = self._buffer[start : start + len(dest)]
+        if out.data_ptr() != source.data_ptr():
+            out.copy_(source)  # device to host when the object is in device memory
         if on_piece is not None:
             for a in range(0, len(dest), PIECE):
                 on_piece(a, min(a + PIECE, len(dest)))

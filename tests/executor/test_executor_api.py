@@ -408,12 +408,15 @@ def test_model_evicted_while_in_use_stays_if_wanted_again(
     assert executor.state().tiers[0].resident == []
 
 
-def test_demotion_to_l2_writes_from_l1_without_downloading(
-    catalog: Catalog, make_executor: ExecutorFactory
+@pytest.mark.parametrize("held_in", [Tier.L1, Tier.L0])
+def test_demotion_to_l2_writes_from_memory_without_downloading(
+    catalog: Catalog, make_executor: ExecutorFactory, held_in: Tier
 ) -> None:
     executor = make_executor(catalog)
-    executor.ensure("m1", Tier.L1)
+    executor.ensure("m1", held_in)
     executor._evict_one("m1", Tier.L2)
+    if held_in is Tier.L0:
+        executor._evict_one("m1", Tier.L1)  # only the device holds it
     reads: list[int] = []
 
     class Counting(FileStore):
@@ -424,6 +427,7 @@ def test_demotion_to_l2_writes_from_l1_without_downloading(
 
     result = executor.ensure("m1", Tier.L2)
 
-    assert result.served_from is Tier.L1
+    assert result.served_from is held_in
+    assert set(result.seconds_per_hop) == {f"{held_in.value}->L2"}
     assert reads == []
     assert executor.verify()[0].ok  # the sha256 of what was written matches the catalog
