@@ -81,7 +81,7 @@ running_pid() {
   read -r pid start marker <"$file" || return 1
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   [[ "$(proc_starttime "$pid" 2>/dev/null)" == "$start" ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$marker" || return 1
+  tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$marker" || return 1
   echo "$pid"
 }
 

@@ -96,7 +96,7 @@ postgres_clear_stale_lock() {
   local lock="$PG_DATA/postmaster.pid" pid
   [[ -e $lock ]] || return 0
   read -r pid <"$lock" || true
-  if [[ $pid =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$PG_DATA"; then
+  if [[ $pid =~ ^[0-9]+$ ]] && tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$PG_DATA"; then
     die "postgres: a postmaster (pid $pid) runs on $PG_DATA but was not started by this stack; stop it first"
   fi
   rm -f "$lock"
