@@ -772,7 +772,6 @@ class Executor:
     def close(self) -> None:
         self._disk_pool.shutdown(wait=True)
         self._net_pool.shutdown(wait=True)
-        self.l2.flush()
         if not any(e.pins for e in self.l1.cache.snapshot() + self.l0.cache.snapshot()):
             self.l1.pool.close()
 

@@ -9,7 +9,10 @@ Layout under the cache directory::
     locks/<sha256>.lock one download per object across processes
 
 An object enters by temp → fsync → sha256 checked against the catalog → rename → index, so nothing
-partial is ever visible. While it is written, per-chunk xxh3 digests are recorded; every later read
+partial is ever visible. Every use touches the object's mtime: that is the LRU order after a restart
+and across processes sharing the directory, which share its byte budget too (``_fit_shared``).
+
+While an object is written, per-chunk xxh3 digests are recorded; every later read
 checks the chunk it just read, on the reading thread, so a flipped byte is caught on the next load at
 the cost of hashing at ~10 GB/s, not of re-reading the file. ``verify_all`` re-hashes everything.
 """
@@ -31,7 +34,7 @@ from filelock import FileLock, Timeout
 
 from executor import _metrics
 from executor._tier import TierCache
-from prewarm import IntegrityError, StorageError, Tier, get_logger
+from prewarm import CapacityError, IntegrityError, StorageError, Tier, get_logger
 
 __all__ = [
     "INDEX_VERSION",
@@ -366,7 +369,8 @@ class L2Cache:
                     part.unlink(missing_ok=True)  # nobody is writing it: a crashed download
             except Timeout:
                 pass
-        ordered = sorted(kept.items(), key=lambda kv: float(kv[1].get("last_used", 0.0)))
+        # Least recently used first (file mtime, touched on every use), so LRU order survives a restart.
+        ordered = sorted(kept.items(), key=lambda kv: _mtime(self.object_path(kv[0])))
         for sha, raw in ordered:
             self._adopt(self._object(sha, raw))
 
@@ -394,7 +398,10 @@ class L2Cache:
     # -- reading
 
     def lookup(self, sha: str) -> L2Object | None:
-        return self.cache.lookup(sha)
+        obj = self.cache.lookup(sha)
+        if obj is not None:
+            _touch(obj.path)
+        return obj
 
     def pin(self, sha: str) -> L2Object | None:
         return self.cache.pin(sha)
@@ -427,7 +434,50 @@ class L2Cache:
         if self.direct_io:
             with contextlib.suppress(OSError):  # tmpfs and some overlay filesystems refuse O_DIRECT
                 direct_fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
-        return TempWrite(sha, size, path, fd, model, version, direct_fd)
+        tw = TempWrite(sha, size, path, fd, model, version, direct_fd)
+        try:
+            self._fit_shared()
+        except BaseException:
+            self.abandon(tw)
+            raise
+        return tw
+
+    def _fit_shared(self) -> None:
+        """Make the whole directory fit the budget, whichever process filled it.
+
+        Processes sharing a cache directory each keep their own accounting, so each also checks what is
+        on disk: every indexed object plus every download in progress (a temp file has its full size
+        from the start, so this one counts too). Over budget, the least recently used objects (file
+        mtime, touched on every use) that this process is not reading or writing go; an object another
+        process is reading stays readable through its open descriptor, and that process fetches it
+        again next time. Objects another process removed leave this process's accounting here too.
+        """
+        busy = {e.key for e in self.cache.snapshot() if e.pins or not e.ready}
+        victims: list[str] = []
+        with self._index_lock:
+            entries = self._read_index()
+            used = sum(int(raw.get("size", 0)) for raw in entries.values())
+            used += sum(_size(p) for p in (self.root / "tmp").glob("*.part"))
+            excess = used - self.cache.capacity
+            if excess > 0:
+                for _, sha in sorted((_mtime(self.object_path(s)), s) for s in entries if s not in busy):
+                    victims.append(sha)
+                    excess -= int(entries[sha].get("size", 0))
+                    if excess <= 0:
+                        break
+            if excess > 0:
+                raise CapacityError(
+                    f"L2: {self.root} is shared with other processes and holds {used} bytes in objects "
+                    f"and downloads, over its budget of {self.cache.capacity}; nothing can be evicted"
+                )
+            for sha in victims:
+                del entries[sha]
+                self.object_path(sha).unlink(missing_ok=True)
+            if victims:
+                self._write_index(entries)
+        gone = victims + [e.key for e in self.cache.snapshot() if e.ready and e.key not in entries]
+        for sha in gone:
+            self.cache.evict(sha, "capacity")  # the index no longer names it: nothing left to release
 
     def write(self, tw: TempWrite, offset: int, data: memoryview | bytes) -> None:
         view = memoryview(data)
@@ -486,8 +536,8 @@ class L2Cache:
             return  # an aborted reservation: no file was published
         with self._index_lock:
             entries = self._read_index()
-            entries.pop(sha, None)
-            self._write_index(entries)
+            if entries.pop(sha, None) is not None:
+                self._write_index(entries)
             obj.path.unlink(missing_ok=True)
 
     # -- maintenance
@@ -515,16 +565,6 @@ class L2Cache:
             results.append(VerifyResult(obj.sha256, obj.model, ok, "" if ok else "sha256 mismatch: evicted"))
         return results
 
-    def flush(self) -> None:
-        """Persist last-use times so LRU order survives a restart."""
-        recency = {e.key: e.recency for e in self.cache.snapshot() if e.ready}
-        with self._index_lock:
-            entries = self._read_index()
-            for sha, raw in entries.items():
-                if sha in recency:
-                    raw["last_used"] = recency[sha]
-            self._write_index(entries)
-
 
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -532,3 +572,22 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _touch(path: Path) -> None:
+    with contextlib.suppress(OSError):  # evicted by another process meanwhile: the read will say so
+        os.utime(path)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -285,3 +285,45 @@ def test_an_unaligned_part_boundary_never_overwrites_the_next_part(tmp_path: Pat
     digester.update(data)
 
     assert l2.publish(tw, sha, digester.finish()).path.read_bytes() == data
+
+
+def test_lru_order_survives_a_restart(
+    catalog: Catalog, make_executor: ExecutorFactory, tmp_path: Path
+) -> None:
+    budget = 2 * catalog["m0"].size_bytes + 10
+    first = make_executor(catalog, cache_dir=tmp_path / "c", l2_budget_bytes=budget)
+    first.ensure("m0", Tier.L2)
+    first.ensure("m1", Tier.L2)
+    first.ensure("m0", Tier.L2)  # m0 used again: m1 is the least recently used
+    first.close()
+
+    second = make_executor(catalog, cache_dir=tmp_path / "c", l2_budget_bytes=budget)
+    second.ensure("m2", Tier.L2)
+
+    assert {r.model for r in second.state().tiers[2].resident} == {"m0", "m2"}
+
+
+def test_processes_sharing_a_cache_directory_share_its_budget(
+    weights_dir: Path, make_executor: ExecutorFactory, tmp_path: Path
+) -> None:
+    catalog = Catalog(make_model(weights_dir, f"s{i}", seed=i) for i in range(4))
+    budget = 3 * max(spec.size_bytes for spec in catalog) + 10
+    shared = tmp_path / "shared"
+    # Two executors on one directory, each with its own accounting, as two processes on a node would be.
+    a = make_executor(catalog, cache_dir=shared, l2_budget_bytes=budget)
+    b = make_executor(catalog, cache_dir=shared, l2_budget_bytes=budget)
+
+    def on_disk() -> int:
+        return sum(p.stat().st_size for p in (shared / "objects").glob("*/*"))
+
+    a.ensure("s0", Tier.L2)
+    a.ensure("s1", Tier.L2)
+    b.ensure("s2", Tier.L2)
+    b.ensure("s3", Tier.L2)  # a fourth object: the directory's least recently used (s0, a's) goes
+
+    assert on_disk() <= budget
+    assert not _l2_path(a, catalog["s0"]).exists()
+    assert a.ensure("s0", Tier.L1).served_from is Tier.L3  # a finds its copy gone and fetches it again
+    assert on_disk() <= budget
+    assert {r.model for r in a.state().tiers[2].resident} <= {"s0", "s2", "s3"}  # s1 made room
+    assert all(r.ok for r in b.verify())
