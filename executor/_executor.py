@@ -39,7 +39,7 @@ import torch
 from executor import _metrics
 from executor._l0 import DeviceModel, L0Cache, l0_capacity, resolve_device
 from executor._l1 import HostBlock, L1Cache, ModelKey
-from executor._l2 import L2Cache, L2Object, L2Reader
+from executor._l2 import L2Cache, L2Object, L2Reader, TempWrite
 from executor._l3 import MemoryStore, ObjectStore, open_store
 from executor._pipeline import (
     DeviceCopier,
@@ -86,7 +86,11 @@ _RECENT_OUTCOMES = 50
 
 
 # Fused hops and the link that bounds each: object storage for L3 -> L1, the disk for L2 -> L0.
-_BOUND_BY: dict[str, tuple[str, ...]] = {"L3->L1": (HOP_INTO[Tier.L2],), "L2->L0": (HOP_INTO[Tier.L1],)}
+_BOUND_BY: dict[str, tuple[str, ...]] = {
+    "L3->L1": (HOP_INTO[Tier.L2],),
+    "L3->L0": (HOP_INTO[Tier.L2],),
+    "L2->L0": (HOP_INTO[Tier.L1],),
+}
 
 
 @dataclass(frozen=True)
@@ -306,7 +310,9 @@ class Executor:
         return result(served)
 
     def _from_l3(self, spec: ModelSpec, tier: Tier, hops: _Hops, demand: bool) -> Tier:
-        """L3 → L2, and into L1 in the same pass when the target is L1 or L0. Returns where it came from."""
+        """L3 → L2, and into L1 in the same pass when the target is L1 or L0; for L0 each part is copied
+        on to the device as soon as it has been hashed (on the CPU device it downloads into the L0 buffer
+        itself). Returns where it came from."""
         assert spec.sha256 is not None
         key, sha = spec.key, spec.sha256
         store = self._store(spec.uri)
@@ -323,49 +329,101 @@ class Executor:
                 if tier is not Tier.L2:
                     self._l2_up(spec, obj, tier, hops, demand)
                 return Tier.L2
-            block: HostBlock | None = None
-            if tier.level <= 1:
-                try:
-                    block = self.l1.reserve(key, layout.file_bytes, prefetched=not demand)
-                except CapacityError:
-                    if tier is not Tier.L0:
-                        raise
-                    # L1 cannot hold it: fetch to L2 only, then stage L2 -> L0 below.
+            block, device_model = self._download_targets(spec, tier, demand)
             try:
                 tw = self.l2.begin(sha, layout.file_bytes, model=spec.id, version=spec.version)
-                dest = host_view(block.buffer) if block is not None else None
-                hop = "L3->L1" if block is not None else "L3->L2"
-                with hops.hop(hop), self._gates["L3->L2"].transfer(self._is_demand(key, demand)) as transfer:
-                    fetch_l3(
-                        store,
-                        spec.uri,
-                        self.l2,
-                        tw,
-                        dest=dest,
-                        pool=self._net_pool,
-                        part_bytes=self.s3_settings.s3_part_bytes,
-                        window=2 * self.s3_settings.s3_concurrency,
-                        transfer=transfer,
-                    )
+                self._download(spec, store, tw, block, device_model, hops, demand)
             except BaseException:
+                if device_model is not None:
+                    self.l0.cache.abort(key)
                 if block is not None:
                     self.l1.cache.abort(key)
                 raise
-        if block is None:
-            if tier is Tier.L0:
-                self._l2_up(spec, self._published(sha), tier, hops, demand)
-        else:
+        if block is not None:
             block.layout = layout
             self.l1.cache.commit(key, block)
-            if tier is Tier.L0:
-                pinned = self.l1.cache.pin(key)
-                if pinned is None:
-                    raise CapacityError(f"{spec.id}: L1 copy was evicted before it reached L0")
-                try:
-                    self._l1_to_l0(spec, pinned, hops, demand)
-                finally:
-                    self.l1.cache.unpin(key)
+        if device_model is not None:
+            self._commit_l0(key, device_model, layout)
+        elif tier is Tier.L0 and block is not None:
+            # L0 had no room when the download started; maybe it has now.
+            pinned = self.l1.cache.pin(key)
+            if pinned is None:
+                raise CapacityError(f"{spec.id}: L1 copy was evicted before it reached L0")
+            try:
+                self._l1_to_l0(spec, pinned, hops, demand)
+            finally:
+                self.l1.cache.unpin(key)
+        elif tier is Tier.L0:
+            self._l2_up(spec, self._published(sha), tier, hops, demand)  # L1 could not hold it: staged
         return Tier.L3
+
+    def _download_targets(
+        self, spec: ModelSpec, tier: Tier, demand: bool
+    ) -> tuple[HostBlock | None, DeviceModel | None]:
+        """Where a download lands besides L2: an L1 block for L1 and L0, plus the L0 buffer for L0. On
+        the CPU device a download to L0 lands in the L0 buffer alone (host RAM either way)."""
+        key, size = spec.key, spec.size_bytes
+        if tier is Tier.L0 and self._direct_l0:
+            with contextlib.suppress(CapacityError):  # no room in L0 now: as on CUDA, L1 first
+                return None, self.l0.reserve(key, size, prefetched=not demand)
+        if tier is Tier.L2:
+            return None, None
+        try:
+            block = self.l1.reserve(key, size, prefetched=not demand)
+        except CapacityError:
+            if tier is not Tier.L0:
+                raise
+            return None, None  # L1 cannot hold it: fetch to L2 only, then stage L2 -> L0
+        if tier is not Tier.L0:
+            return block, None
+        try:
+            return block, self.l0.reserve(key, size, prefetched=not demand)
+        except CapacityError:
+            return block, None  # L1 and L2 are still worth filling; L0 is tried again afterwards
+        except BaseException:
+            self.l1.cache.abort(key)
+            raise
+
+    def _download(
+        self,
+        spec: ModelSpec,
+        store: ObjectStore,
+        tw: TempWrite,
+        block: HostBlock | None,
+        device_model: DeviceModel | None,
+        hops: _Hops,
+        demand: bool,
+    ) -> None:
+        dest_buffer = block.buffer if block is not None else device_model.padded if device_model else None
+        copier = DeviceCopier(device_model.buffer) if block is not None and device_model is not None else None
+        landed = None
+        if copier is not None:
+            assert block is not None
+            source = block.buffer
+
+            def landed(start: int, end: int) -> None:
+                # Not gated on the device link: these copies are short and spread over a download
+                # bounded by the network; holding L1->L0 for its whole length would stall other loads.
+                copier.copy(source[start:end], start)
+
+        hop = "L3->L0" if device_model is not None else "L3->L1" if block is not None else "L3->L2"
+        with hops.hop(hop), self._gates["L3->L2"].transfer(self._is_demand(spec.key, demand)) as transfer:
+            try:
+                fetch_l3(
+                    store,
+                    spec.uri,
+                    self.l2,
+                    tw,
+                    dest=host_view(dest_buffer) if dest_buffer is not None else None,
+                    pool=self._net_pool,
+                    part_bytes=self.s3_settings.s3_part_bytes,
+                    window=2 * self.s3_settings.s3_concurrency,
+                    transfer=transfer,
+                    landed=landed,
+                )
+            finally:
+                if copier is not None:
+                    copier.finish()
 
     def _published(self, sha: str) -> L2Object:
         obj = self.l2.lookup(sha)

@@ -1,7 +1,8 @@
 """The executor's Prometheus metrics (names documented here, registered once in prewarm's registry).
 
-- ``prewarm_executor_hop_bytes_total{hop}``: bytes moved per hop (``L3->L2``, ``L3->L1``, ``L2->L1``,
-  ``L1->L0``, ``L2->L0`` (overlapped or staged), ``L0->L1``, ``L1->L2`` and ``L0->L2`` (demotions)).
+- ``prewarm_executor_hop_bytes_total{hop}``: bytes moved per hop (``L3->L2``, ``L3->L1``, ``L3->L0``
+  (overlapped), ``L2->L1``, ``L1->L0``, ``L2->L0`` (overlapped or staged), ``L0->L1``, ``L1->L2`` and
+  ``L0->L2`` (demotions)).
 - ``prewarm_executor_hop_seconds_total{hop}``: seconds spent moving them; bytes / seconds is the rate.
 - ``prewarm_executor_hits_total{tier}``: ``ensure`` calls served from a tier (``L3`` = fetched).
 - ``prewarm_executor_evictions_total{tier,reason}``: reasons are ``capacity`` (room for another load),

@@ -1,9 +1,10 @@
 """The transfers between tiers: chunked, multi-threaded, overlapped, pre-emptible.
 
 - ``probe_l3``: read and validate the safetensors header from L3 before anything is allocated.
-- ``fetch_l3``: L3 → L2 (and L1 in the same pass): ranged GETs on many threads; each part is written
-  to the L2 temp file and, when an L1 block is given, into it; the sha256 and the chunk digests are
-  computed in order on the driver thread while the next parts are in flight.
+- ``fetch_l3``: L3 → L2 (and L1 in the same pass): ranged GETs on many threads; each part lands in the
+  L1 block (or a scratch buffer) and goes on to the L2 temp file from there; the sha256 and the chunk
+  digests are computed in order on the driver thread while the next parts are in flight, and a load to
+  L0 starts each part's device copy there too.
 - ``read_l2``: L2 → L1: chunks read on several threads (O_DIRECT where possible) straight into the L1
   block, each checked against its digest by the thread that read it; the caller starts the device copy
   of every chunk as soon as it lands. A model that L1 cannot hold goes L2 → L0 through a ``StagingRing``
@@ -89,15 +90,17 @@ def fetch_l3(
     part_bytes: int,
     window: int,
     transfer: Transfer,
+    landed: Callable[[int, int], None] | None = None,
 ) -> L2Object:
     """Stream the object into the temp write (and ``dest``, a buffer with its address); publish it in L2
-    when its sha256 matches."""
+    when its sha256 matches. ``landed(start, end)`` runs on this thread as each part of ``dest`` is
+    complete, in order: where the device copies of a download to L0 start."""
     size = tw.size
     parts = [(start, min(start + part_bytes, size)) for start in range(0, size, part_bytes)]
     sha = hashlib.sha256()
     digester = ChunkDigester(l2.chunk_bytes)
 
-    def fetch(start: int, end: int) -> memoryview:
+    def fetch(start: int, end: int) -> tuple[int, memoryview]:
         n = end - start
         # Into the L1 buffer when there is one (the bytes are needed there anyway), else a scratch one;
         # with the slack to the next page, so the last part can be written with O_DIRECT too.
@@ -109,15 +112,17 @@ def fetch_l3(
         # Pieces go to the L2 temp file as soon as they land, while they are still in the CPU cache.
         store.read_range_into(uri, start, view[:n], on_piece=part.landed)
         part.finish()
-        return view[:n]
+        return start, view[:n]
 
-    inflight: deque[Future[memoryview]] = deque()
+    inflight: deque[Future[tuple[int, memoryview]]] = deque()
 
     def consume() -> None:
-        data = inflight.popleft().result()
+        start, data = inflight.popleft().result()
         # Hash in order on this thread while later parts download (hashlib releases the GIL).
         sha.update(data)
         digester.update(data)
+        if landed is not None:
+            landed(start, start + len(data))
 
     try:
         for start, end in parts:

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 import torch
 from executor_testkit import ExecutorFactory, make_model
+from safetensors.torch import load_file
 
 from executor import Executor, FileStore, LoadResult
+from executor._l2 import round_up
 from executor._l3 import OnPiece
 from models import Catalog
 from prewarm import (
@@ -59,19 +61,26 @@ def test_load_walks_down_the_tiers_and_reports_each_hop(
     assert "L2->L1" in executor.state().bandwidth_bytes_per_s
 
 
-def test_cold_load_to_l0_streams_l3_into_l1_and_l2_in_one_pass(
-    catalog: Catalog, make_executor: ExecutorFactory
+@pytest.mark.parametrize("structure", ["cuda", "cpu-direct"])
+def test_cold_load_to_l0_streams_l3_to_every_tier_in_one_pass(
+    catalog: Catalog, make_executor: ExecutorFactory, structure: str
 ) -> None:
     executor = make_executor(catalog)
+    # CUDA: into L1 and L2, each part copied on to the device as it is hashed. The CPU device downloads
+    # into the L0 buffer itself (L1 would hold the same bytes twice in the same RAM).
+    executor._direct_l0 = structure == "cpu-direct"
     result = executor.ensure("m1", Tier.L0)
 
     assert result.served_from is Tier.L3
-    assert set(result.seconds_per_hop) == {"L3->L1", "L1->L0"}
+    assert set(result.seconds_per_hop) == {"L3->L0"}
     # The fused pass still tells the planner how fast the object-store link is.
-    assert {"L3->L1", "L3->L2", "L1->L0"} <= set(executor.state().bandwidth_bytes_per_s)
+    assert {"L3->L0", "L3->L2"} <= set(executor.state().bandwidth_bytes_per_s)
     used = {t.tier: t.used_bytes for t in executor.state().tiers}
     assert used[Tier.L2] == catalog["m1"].size_bytes
-    assert used[Tier.L1] >= catalog["m1"].size_bytes
+    assert used[Tier.L1] == (0 if structure == "cpu-direct" else round_up(catalog["m1"].size_bytes))
+    with executor.acquire("m1") as tensors:
+        expected = load_file(str(FileStore.path(catalog["m1"].uri)))
+        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
 
 
 def test_l2_to_l0_overlaps_and_gives_the_right_tensors(
@@ -86,8 +95,6 @@ def test_l2_to_l0_overlaps_and_gives_the_right_tensors(
     l1 = executor.state().tier(Tier.L1)
     assert l1 is not None
     assert [r.model for r in l1.resident] == ["m2"]  # went through L1, not straight into L0
-    from safetensors.torch import load_file
-
     expected = load_file(str(FileStore.path(catalog["m2"].uri)))
     with executor.acquire("m2") as tensors:
         assert tensors.keys() == expected.keys()
@@ -107,8 +114,6 @@ def test_stale_l1_copy_is_never_served(
     assert result.version == "2"
     assert result.served_from is Tier.L3
     with executor.acquire("m0") as tensors:
-        from safetensors.torch import load_file
-
         expected = load_file(str(FileStore.path(v2.uri)))
         assert all(torch.equal(tensors[k], v) for k, v in expected.items())
     for tier in executor.state().tiers[:2]:
@@ -161,6 +166,7 @@ def test_unused_prefetch_expires_after_ttl_but_used_one_stays(
 
 def test_evict_drops_tier_and_closer_ones(catalog: Catalog, make_executor: ExecutorFactory) -> None:
     executor = make_executor(catalog)
+    executor.ensure("m0", Tier.L1)
     executor.ensure("m0", Tier.L0)
     assert executor.evict("m0", Tier.L1) == [Tier.L0, Tier.L1]
     used = {t.tier: t.used_bytes for t in executor.state().tiers}
@@ -311,8 +317,6 @@ def test_model_bigger_than_l1_reaches_l0_through_a_staging_ring(
     used = {t.tier: t.used_bytes for t in executor.state().tiers}
     assert used[Tier.L1] == 0
     assert used[Tier.L0] == size
-    from safetensors.torch import load_file
-
     expected = load_file(str(FileStore.path(catalog["m0"].uri)))
     with executor.acquire("m0") as tensors:
         assert all(torch.equal(tensors[k], v) for k, v in expected.items())
@@ -334,8 +338,6 @@ def test_demotion_from_l0_copies_down_without_touching_disk(
     assert set(result.seconds_per_hop) == {"L0->L1"}
     executor.evict("m0", Tier.L0)
     with executor.acquire("m0") as tensors:  # served from the copied-down L1 block
-        from safetensors.torch import load_file
-
         expected = load_file(str(FileStore.path(catalog["m0"].uri)))
         assert all(torch.equal(tensors[k], v) for k, v in expected.items())
 

@@ -111,13 +111,15 @@ def test_store_reports_size_and_sha256_like_the_catalog(uploaded: ModelSpec, s3_
 
 
 @pytest.mark.s3
-def test_load_from_s3_streams_into_l1_and_l2(
-    uploaded: ModelSpec, s3_endpoint: str, weights_dir: Path, make_executor: ExecutorFactory
+@pytest.mark.parametrize("structure", ["cuda", "cpu-direct"])
+def test_load_from_s3_streams_to_l0_and_l2_in_one_pass(
+    uploaded: ModelSpec, s3_endpoint: str, weights_dir: Path, make_executor: ExecutorFactory, structure: str
 ) -> None:
     executor = make_executor(Catalog([uploaded]), s3=s3_settings(s3_endpoint=s3_endpoint))
+    executor._direct_l0 = structure == "cpu-direct"  # "cuda": through L1, device copies per part
     result = executor.ensure("s3m", Tier.L0)
     assert result.served_from is Tier.L3
-    assert set(result.seconds_per_hop) == {"L3->L1", "L1->L0"}
+    assert set(result.seconds_per_hop) == {"L3->L0"}
     with executor.acquire("s3m") as tensors:
         assert _same_tensors(tensors, weights_dir / "s3m-v1.safetensors")
     assert executor.verify()[0].ok
