@@ -15,11 +15,25 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 
+def _differs(ex: Any, model_id: str, expected: dict[str, torch.Tensor], path: str) -> str | None:
+    with ex.acquire(model_id) as tensors:
+        for name, tensor in expected.items():
+            if tensors[name].device != tensor.device:
+                return f"{path}: {model_id}/{name} is on {tensors[name].device}, not {tensor.device}"
+            if not torch.equal(tensors[name], tensor):
+                return f"{path}: {model_id}/{name} differs from safetensors' copy"
+    return None
+
+
 def _correctness(device: str, work: Path) -> str | None:
+    """Every device path once, each result compared with what ``safetensors`` loads onto the device:
+    L3 → L0 in one pass, L2 → L0 through the pinned pool and through the staging ring (the bigger model
+    does not fit L1 here), and a demotion to L2 from device memory."""
     from safetensors.torch import load_file
 
     from executor import Executor, FileStore
@@ -31,7 +45,7 @@ def _correctness(device: str, work: Path) -> str | None:
     settings = ExecutorSettings.model_construct(
         device=device,
         chunk_bytes=8 * 2**20,
-        l1_budget_bytes=2**30,
+        l1_budget_bytes=48 * 2**20,
         l0_budget=float(2**30),
         l0_reserve_bytes=0,
     )
@@ -39,16 +53,20 @@ def _correctness(device: str, work: Path) -> str | None:
         catalog, executor=settings, s3=S3Settings.model_construct(), cache_dir=work / "cache"
     ) as ex:
         for spec in catalog:
-            ex.ensure(spec.id, Tier.L2)
-            drop_page_cache(ex.l2.object_path(spec.sha256 or ""))
-            ex.ensure(spec.id, Tier.L0)  # L2 -> L0 overlapped, through the pinned pool and a side stream
             expected = load_file(str(FileStore.path(spec.uri)), device=device)
-            with ex.acquire(spec.id) as tensors:
-                for name, tensor in expected.items():
-                    if tensors[name].device.type != torch.device(device).type:
-                        return f"{spec.id}/{name} is on {tensors[name].device}, not {device}"
-                    if not torch.equal(tensors[name], tensor):
-                        return f"{spec.id}/{name} differs from safetensors' copy"
+
+            ex.ensure(spec.id, Tier.L0)  # L3 -> L0: device copies of each part as it is hashed
+            problem = _differs(ex, spec.id, expected, "L3->L0")
+            ex.evict(spec.id, Tier.L1)  # L0 and L1 go, L2 stays
+            drop_page_cache(ex.l2.object_path(spec.sha256 or ""))
+            ex.ensure(spec.id, Tier.L0)  # L2 -> L0 on a side stream, through L1 or the staging ring
+            problem = problem or _differs(ex, spec.id, expected, "L2->L0")
+            ex._evict_one(spec.id, Tier.L2)
+            ex._evict_one(spec.id, Tier.L1)
+            if ex.ensure(spec.id, Tier.L2).served_from is not Tier.L0 or not all(r.ok for r in ex.verify()):
+                problem = problem or f"L0->L2: {spec.id} was not written intact from device memory"
+            if problem:
+                return problem
     return None
 
 

@@ -97,3 +97,26 @@ def test_bench_load_writes_every_key(tmp_path: Path) -> None:
         assert key in report
     assert report["l2_to_l0_bytes_per_s"] > 0
     assert report["s3_baseline_bytes_per_s"] is None  # no endpoint in this test
+
+
+def test_gpu_check_runs_every_device_path_and_reports(tmp_path: Path) -> None:
+    from executor._gpucheck import main
+
+    # On the CPU device here; on a GPU node the same script drives the CUDA paths.
+    main(
+        [
+            "--size",
+            "8MiB",
+            "--device",
+            "cpu",
+            "--dir",
+            str(tmp_path / "g"),
+            "--json",
+            str(tmp_path / "g.json"),
+        ]
+    )
+
+    report = json.loads((tmp_path / "g.json").read_text())
+    assert report["correctness"] == "ok"
+    assert report["device"] == "cpu"
+    assert set(report["targets"]) <= set(report["ratios"])
