@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from executor._hostmem import host_buffer
+from executor._hostmem import host_buffer, populate
 from executor._l1 import ModelKey
 from executor._l2 import round_up
 from executor._safetensors import Layout
@@ -78,6 +78,9 @@ class L0Cache:
     def _place(self, nbytes: int) -> DeviceModel:
         if self.device.type == "cpu":
             padded = host_buffer(round_up(nbytes))
+            # Faulted in now, by one thread in order: cheaper than faults taken by the reading threads
+            # inside their O_DIRECT reads (1.9-2.2 against 0.9-1.9 GB/s for a cold 1 GiB L2 -> L0).
+            populate(padded)
             return DeviceModel(padded[:nbytes], padded=padded)
         try:
             return DeviceModel(torch.empty(nbytes, dtype=torch.uint8, device=self.device))
