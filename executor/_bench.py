@@ -299,18 +299,30 @@ class _S3Bench:
         }
 
 
+_RATIOS = {
+    "l2_to_l1_vs_raw_read": ("l2_to_l1_bytes_per_s", "raw_read_bytes_per_s"),
+    "l2_to_l0_vs_safetensors": ("l2_to_l0_bytes_per_s", "baseline_safetensors_bytes_per_s"),
+    "l3_to_l1_vs_download_file": ("l3_to_l1_bytes_per_s", "s3_baseline_bytes_per_s"),
+    "l3_to_l1_vs_download_file_fsync": ("l3_to_l1_bytes_per_s", "s3_baseline_fsync_bytes_per_s"),
+    "l1_to_l0_vs_pinned_copy": ("l1_to_l0_bytes_per_s", "pinned_copy_bytes_per_s"),
+}
+
+
 def _ratios(report: dict[str, Any]) -> dict[str, Any]:
+    """Best against best (``ratios``), and run by run (``ratios_per_run``: the two figures of one run
+    were measured minutes apart at most, so a noisy neighbour weighs on both)."""
+
     def ratio(a: str, b: str) -> float | None:
         x, y = report.get(a), report.get(b)
         return round(x / y, 3) if x and y else None
 
+    samples = report.get("samples", {})
     return {
-        "ratios": {
-            "l2_to_l1_vs_raw_read": ratio("l2_to_l1_bytes_per_s", "raw_read_bytes_per_s"),
-            "l2_to_l0_vs_safetensors": ratio("l2_to_l0_bytes_per_s", "baseline_safetensors_bytes_per_s"),
-            "l3_to_l1_vs_download_file": ratio("l3_to_l1_bytes_per_s", "s3_baseline_bytes_per_s"),
-            "l3_to_l1_vs_download_file_fsync": ratio("l3_to_l1_bytes_per_s", "s3_baseline_fsync_bytes_per_s"),
-            "l1_to_l0_vs_pinned_copy": ratio("l1_to_l0_bytes_per_s", "pinned_copy_bytes_per_s"),
+        "ratios": {name: ratio(a, b) for name, (a, b) in _RATIOS.items()},
+        "ratios_per_run": {
+            name: [round(x / y, 3) for x, y in zip(samples[a], samples[b], strict=True)]
+            for name, (a, b) in _RATIOS.items()
+            if samples.get(a) and samples.get(b)
         },
         "targets": {
             "l2_to_l1_vs_raw_read": 0.85,

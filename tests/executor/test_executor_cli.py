@@ -97,6 +97,8 @@ def test_bench_load_writes_every_key(tmp_path: Path) -> None:
         assert key in report
     assert report["l2_to_l0_bytes_per_s"] > 0
     assert report["s3_baseline_bytes_per_s"] is None  # no endpoint in this test
+    assert len(report["ratios_per_run"]["l2_to_l1_vs_raw_read"]) == report["repeat"]
+    assert "l3_to_l1_vs_download_file" not in report["ratios_per_run"]
 
 
 def test_gpu_check_runs_every_device_path_and_reports(tmp_path: Path) -> None:
