@@ -37,6 +37,7 @@ def run(
     path = catalog_path(catalog, settings)
     ex = settings.executor if node is None else settings.executor.model_copy(update={"node_name": node})
     with Executor(Catalog.load(path), settings, executor=ex, cache_dir=cache_dir, device=device) as executor:
+        executor.l1.pool.prefault()  # a node's L1 is allocated and pinned once, before the first order
         daemon = ExecutorDaemon(executor, settings.kafka, state_interval_s=state_interval, catalog_path=path)
         typer.echo(
             f"executor {ex.node_name}: load API on http://{ex.executor_api_host}:{ex.executor_api_port}",
