@@ -126,17 +126,26 @@ def test_load_from_s3_streams_to_l0_and_l2_in_one_pass(
 
 
 @pytest.mark.s3
+@pytest.mark.parametrize(
+    ("target", "structure"), [(Tier.L1, "cpu-direct"), (Tier.L0, "cuda"), (Tier.L0, "cpu-direct")]
+)
 def test_s3_server_killed_mid_download_leaves_no_partial_file_and_load_succeeds_after(
-    uploaded: ModelSpec, s3_endpoint: str, weights_dir: Path, make_executor: ExecutorFactory
+    uploaded: ModelSpec,
+    s3_endpoint: str,
+    weights_dir: Path,
+    make_executor: ExecutorFactory,
+    target: Tier,
+    structure: str,
 ) -> None:
     parsed = urlparse(s3_endpoint)
     proxy = KillableProxy((parsed.hostname or "127.0.0.1", parsed.port or 80))
     proxy.kill_after_bytes = uploaded.size_bytes // 2
     s3 = s3_settings(s3_endpoint=proxy.url, s3_part_bytes=128 * 1024, s3_max_attempts=2)
     executor = make_executor(Catalog([uploaded]), s3=s3)
+    executor._direct_l0 = structure == "cpu-direct"  # "cuda": L1 and L0 both reserved for the download
 
     with pytest.raises(ObjectStoreError) as err:
-        executor.ensure("s3m", Tier.L1)
+        executor.ensure("s3m", target)
 
     assert proxy.url in str(err.value)
     objects = [p for p in (executor.l2.root / "objects").rglob("*") if p.is_file()]
