@@ -186,7 +186,9 @@ class Runtime:
         global _CURRENT
         self._started.clear()
         if self._scheduler is not None and self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
+            # Wait for jobs already running: a due order's job has left the job store when it starts,
+            # so one cut off by closing the publisher under it would be lost.
+            self._scheduler.shutdown(wait=True)
         if self._follower is not None:
             self._follower.stop()
         if self._publisher is not None:
