@@ -300,10 +300,9 @@ class Executor:
                 self._l2_up(spec, obj, tier, hops, demand)
                 return result(Tier.L2)
             except IntegrityError as exc:
-                # A flipped byte on disk: the object is dropped and fetched again from L3 below.
-                log.warning(
-                    "L2 copy failed its digest, re-fetching", extra={"model": spec.id, "error": str(exc)}
-                )
+                # A flipped byte on disk, or the file evicted by another process sharing the directory:
+                # the object is dropped and fetched again from L3 below.
+                log.warning("L2 copy unusable, re-fetching", extra={"model": spec.id, "error": str(exc)})
                 self.l2.discard(spec.sha256, "integrity")
                 hops.seconds.clear()
         served = self._from_l3(spec, tier, hops, demand)
