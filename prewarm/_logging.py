@@ -49,9 +49,23 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, not when the handler was made: a
+    stream swapped in for a while (a test runner's capture, typer's CliRunner) and closed afterwards
+    must not break every later log line, such as those of background threads."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     """Install one stderr handler on the root logger (idempotent)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_prewarm", False)]:
