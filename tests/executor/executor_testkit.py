@@ -6,7 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from executor import Executor
+import torch
+from safetensors.torch import load_file
+
+from executor import Executor, FileStore
 from models import ModelSpec, TransformerShape, write_safetensors
 from prewarm import ExecutorSettings, S3Settings
 
@@ -61,3 +64,12 @@ def flip_byte(path: Path, offset: int) -> None:
         byte = f.read(1)
         f.seek(offset)
         f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def serves(executor: Executor, spec: ModelSpec, weights: Path | None = None) -> bool:
+    """``acquire`` yields exactly the tensors of the model's file (``weights``, else its file:// uri)."""
+    expected = load_file(str(weights or FileStore.path(spec.uri)))
+    with executor.acquire(spec.id) as tensors:
+        return tensors.keys() == expected.keys() and all(
+            torch.equal(tensors[name], tensor) for name, tensor in expected.items()
+        )

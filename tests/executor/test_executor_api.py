@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from executor_testkit import ExecutorFactory, make_model
-from safetensors.torch import load_file
+from executor_testkit import ExecutorFactory, make_model, serves
 
 from executor import Executor, FileStore, LoadResult
 from executor._l2 import round_up
@@ -78,9 +77,7 @@ def test_cold_load_to_l0_streams_l3_to_every_tier_in_one_pass(
     used = {t.tier: t.used_bytes for t in executor.state().tiers}
     assert used[Tier.L2] == catalog["m1"].size_bytes
     assert used[Tier.L1] == (0 if structure == "cpu-direct" else round_up(catalog["m1"].size_bytes))
-    with executor.acquire("m1") as tensors:
-        expected = load_file(str(FileStore.path(catalog["m1"].uri)))
-        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
+    assert serves(executor, catalog["m1"])
 
 
 def test_l2_to_l0_overlaps_and_gives_the_right_tensors(
@@ -95,10 +92,7 @@ def test_l2_to_l0_overlaps_and_gives_the_right_tensors(
     l1 = executor.state().tier(Tier.L1)
     assert l1 is not None
     assert [r.model for r in l1.resident] == ["m2"]  # went through L1, not straight into L0
-    expected = load_file(str(FileStore.path(catalog["m2"].uri)))
-    with executor.acquire("m2") as tensors:
-        assert tensors.keys() == expected.keys()
-        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
+    assert serves(executor, catalog["m2"])
 
 
 def test_stale_l1_copy_is_never_served(
@@ -113,9 +107,7 @@ def test_stale_l1_copy_is_never_served(
 
     assert result.version == "2"
     assert result.served_from is Tier.L3
-    with executor.acquire("m0") as tensors:
-        expected = load_file(str(FileStore.path(v2.uri)))
-        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
+    assert serves(executor, v2)
     for tier in executor.state().tiers[:2]:
         assert {r.version for r in tier.resident} <= {"2"}
         assert all(r.version == "2" for r in tier.resident if r.model == "m0")
@@ -317,9 +309,7 @@ def test_model_bigger_than_l1_reaches_l0_through_a_staging_ring(
     used = {t.tier: t.used_bytes for t in executor.state().tiers}
     assert used[Tier.L1] == 0
     assert used[Tier.L0] == size
-    expected = load_file(str(FileStore.path(catalog["m0"].uri)))
-    with executor.acquire("m0") as tensors:
-        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
+    assert serves(executor, catalog["m0"])
     with pytest.raises(CapacityError):
         executor.ensure("m0", Tier.L1)
 
@@ -337,9 +327,7 @@ def test_demotion_from_l0_copies_down_without_touching_disk(
     assert result.served_from is Tier.L0
     assert set(result.seconds_per_hop) == {"L0->L1"}
     executor.evict("m0", Tier.L0)
-    with executor.acquire("m0") as tensors:  # served from the copied-down L1 block
-        expected = load_file(str(FileStore.path(catalog["m0"].uri)))
-        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
+    assert serves(executor, catalog["m0"])  # from the copied-down L1 block
 
 
 def test_metrics_count_hops_hits_and_evictions(catalog: Catalog, make_executor: ExecutorFactory) -> None:

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from executor_testkit import CHUNK, ExecutorFactory, flip_byte, make_model, s3_settings
-from safetensors.torch import load_file
+from executor_testkit import CHUNK, ExecutorFactory, flip_byte, make_model, s3_settings, serves
 
 from executor import FileStore
 from executor._hostmem import host_buffer, populate
@@ -37,9 +36,7 @@ def test_flipped_byte_in_l2_is_refetched_from_l3(catalog: Catalog, make_executor
     result = executor.ensure("m0", Tier.L0)
 
     assert result.served_from is Tier.L3  # the L2 copy failed its chunk digest
-    with executor.acquire("m0") as tensors:
-        expected = load_file(str(FileStore.path(spec.uri)))
-        assert all(torch.equal(tensors[name], t) for name, t in expected.items())
+    assert serves(executor, spec)
     # The re-fetched L2 copy is good again.
     assert executor.verify()[0].ok
 
@@ -193,9 +190,7 @@ def test_reads_fall_back_to_buffered_where_o_direct_is_refused(
             assert not reader.direct  # asked for O_DIRECT, fell back to buffered reads
 
     assert executor.ensure("m0", Tier.L0).served_from is Tier.L2
-    with executor.acquire("m0") as tensors:
-        expected = load_file(str(FileStore.path(catalog["m0"].uri)))
-        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
+    assert serves(executor, catalog["m0"])
 
 
 def test_unaligned_destination_is_read_buffered_and_still_checked(

@@ -6,9 +6,7 @@ import os
 from typing import Any
 
 import pytest
-import torch
-from executor_testkit import CHUNK, ExecutorFactory, flip_byte
-from safetensors.torch import load_file
+from executor_testkit import CHUNK, ExecutorFactory, flip_byte, serves
 
 from executor import FileStore
 from executor import _executor as executor_module
@@ -62,10 +60,7 @@ def test_cpu_l2_to_l0_reads_straight_into_the_device_buffer(
         assert sorted(address - base for address, _ in reads) == list(range(0, spec.size_bytes, CHUNK))
     finally:
         executor.l0.cache.unpin(spec.key)
-    expected = load_file(str(FileStore.path(spec.uri)))
-    with executor.acquire("m2") as tensors:
-        assert tensors.keys() == expected.keys()
-        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
+    assert serves(executor, spec)
 
     # L1 is filled only when asked for, from the L0 copy: no second disk read.
     monkeypatch.undo()
@@ -85,9 +80,7 @@ def test_cpu_l2_to_l0_still_catches_a_flipped_byte(catalog: Catalog, make_execut
     result = executor.ensure("m0", Tier.L0)
 
     assert result.served_from is Tier.L3  # the L2 copy failed its chunk digest and was fetched again
-    with executor.acquire("m0") as tensors:
-        expected = load_file(str(FileStore.path(spec.uri)))
-        assert all(torch.equal(tensors[name], t) for name, t in expected.items())
+    assert serves(executor, spec)
     assert executor.verify()[0].ok
 
 

@@ -10,9 +10,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-import torch
-from executor_testkit import ExecutorFactory, make_model, s3_settings
-from safetensors.torch import load_file
+from executor_testkit import ExecutorFactory, make_model, s3_settings, serves
 from typer.testing import CliRunner
 
 from executor import FileStore, S3Store, open_store
@@ -98,11 +96,6 @@ def uploaded(s3_endpoint: str, s3_bucket: str, weights_dir: Path, unique: str) -
     return spec.model_copy(update={"uri": uri})
 
 
-def _same_tensors(tensors: object, spec_file: Path) -> bool:
-    expected = load_file(str(spec_file))
-    return all(torch.equal(tensors[k], v) for k, v in expected.items())  # type: ignore[index]
-
-
 @pytest.mark.s3
 def test_store_reports_size_and_sha256_like_the_catalog(uploaded: ModelSpec, s3_endpoint: str) -> None:
     store = open_store(uploaded.uri, s3_settings(s3_endpoint=s3_endpoint))
@@ -120,8 +113,7 @@ def test_load_from_s3_streams_to_l0_and_l2_in_one_pass(
     result = executor.ensure("s3m", Tier.L0)
     assert result.served_from is Tier.L3
     assert set(result.seconds_per_hop) == {"L3->L0"}
-    with executor.acquire("s3m") as tensors:
-        assert _same_tensors(tensors, weights_dir / "s3m-v1.safetensors")
+    assert serves(executor, uploaded, weights_dir / "s3m-v1.safetensors")
     assert executor.verify()[0].ok
 
 
@@ -158,8 +150,7 @@ def test_s3_server_killed_mid_download_leaves_no_partial_file_and_load_succeeds_
     try:
         result = executor.ensure("s3m", Tier.L0)
         assert result.served_from is Tier.L3
-        with executor.acquire("s3m") as tensors:
-            assert _same_tensors(tensors, weights_dir / "s3m-v1.safetensors")
+        assert serves(executor, uploaded, weights_dir / "s3m-v1.safetensors")
     finally:
         proxy.kill()
 
