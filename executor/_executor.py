@@ -333,27 +333,22 @@ class Executor:
                 tw = self.l2.begin(sha, layout.file_bytes, model=spec.id, version=spec.version)
                 self._download(spec, store, tw, block, device_model, hops, demand)
             except BaseException:
-                if device_model is not None:
-                    self.l0.cache.abort(key)
-                if block is not None:
-                    self.l1.cache.abort(key)
+                self._abort(key, block, device_model)
                 raise
-        if block is not None:
-            block.layout = layout
-            self.l1.cache.commit(key, block)
-        if device_model is not None:
-            self._commit_l0(key, device_model, layout)
-        elif tier is Tier.L0 and block is not None:
-            # L0 had no room when the download started; maybe it has now.
-            pinned = self.l1.cache.pin(key)
-            if pinned is None:
-                raise CapacityError(f"{spec.id}: L1 copy was evicted before it reached L0")
-            try:
-                self._l1_to_l0(spec, pinned, hops, demand)
-            finally:
-                self.l1.cache.unpin(key)
-        elif tier is Tier.L0:
+        self._commit(key, layout, block, device_model)
+        if tier is not Tier.L0 or device_model is not None:
+            return Tier.L3
+        if block is None:
             self._l2_up(spec, self._published(sha), tier, hops, demand)  # L1 could not hold it: staged
+            return Tier.L3
+        # L0 had no room when the download started; maybe it has now.
+        pinned = self.l1.cache.pin(key)
+        if pinned is None:
+            raise CapacityError(f"{spec.id}: L1 copy was evicted before it reached L0")
+        try:
+            self._l1_to_l0(spec, pinned, hops, demand)
+        finally:
+            self.l1.cache.unpin(key)
         return Tier.L3
 
     def _download_targets(
@@ -458,16 +453,9 @@ class Executor:
             if tier is Tier.L0:
                 device_model = self.l0.reserve(key, obj.size, prefetched=not demand)
             self._read_l2(obj, block, device_model, hops, self._is_demand(key, demand))
-            if block is not None:
-                block.layout = layout
-                self.l1.cache.commit(key, block)
-            if device_model is not None:
-                self._commit_l0(key, device_model, layout)
+            self._commit(key, layout, block, device_model)
         except BaseException:
-            if device_model is not None:
-                self.l0.cache.abort(key)
-            if block is not None:
-                self.l1.cache.abort(key)
+            self._abort(key, block, device_model)
             raise
         finally:
             self.l2.unpin(obj.sha256)
@@ -544,9 +532,9 @@ class Executor:
             copier = DeviceCopier(device_model.buffer)
             with hops.hop("L1->L0"), self._gates["L1->L0"].transfer(self._is_demand(key, demand)) as transfer:
                 copier.copy_all(block.buffer, layout.file_bytes, self.settings.chunk_bytes, transfer)
-            self._commit_l0(key, device_model, layout)
+            self._commit(key, layout, None, device_model)
         except BaseException:
-            self.l0.cache.abort(key)
+            self._abort(key, None, device_model)
             raise
 
     def _demote_to_l2(self, spec: ModelSpec, hops: _Hops) -> Tier | None:
@@ -597,24 +585,38 @@ class Executor:
         if device_model is None:
             return False
         try:
+            assert device_model.layout is not None  # committed entries have one
             block = self.l1.reserve(key, device_model.buffer.numel(), prefetched=not demand)
             try:
                 with hops.hop("L0->L1"):
                     size = device_model.buffer.numel()
                     block.buffer[:size].copy_(device_model.buffer)  # synchronous: the block is ready after
-                block.layout = device_model.layout
-                self.l1.cache.commit(key, block)
+                self._commit(key, device_model.layout, block, None)
             except BaseException:
-                self.l1.cache.abort(key)
+                self._abort(key, block, None)
                 raise
         finally:
             self.l0.cache.unpin(key)
         return True
 
-    def _commit_l0(self, key: ModelKey, model: DeviceModel, layout: Layout) -> None:
-        model.layout = layout
-        model.tensors = tensor_views(model.buffer, layout)
-        self.l0.cache.commit(key, model)
+    def _commit(
+        self, key: ModelKey, layout: Layout, block: HostBlock | None, device_model: DeviceModel | None
+    ) -> None:
+        """Make what a load filled visible: its L1 block, its L0 buffer (with a view per tensor)."""
+        if block is not None:
+            block.layout = layout
+            self.l1.cache.commit(key, block)
+        if device_model is not None:
+            device_model.layout = layout
+            device_model.tensors = tensor_views(device_model.buffer, layout)
+            self.l0.cache.commit(key, device_model)
+
+    def _abort(self, key: ModelKey, block: HostBlock | None, device_model: DeviceModel | None) -> None:
+        """Give back what a failed load reserved; none of it was ever visible."""
+        if device_model is not None:
+            self.l0.cache.abort(key)
+        if block is not None:
+            self.l1.cache.abort(key)
 
     def _store(self, uri: str) -> ObjectStore:
         scheme = uri.partition("://")[0]
