@@ -34,7 +34,7 @@ from prewarm._settings import IngestSettings, KafkaSettings
 from prewarm.kafka import broker_errors
 
 from ._dlq import DeadLetterWriter
-from ._fastpath import Fields, fast_fields, parse_fields
+from ._fastpath import Fields, fast_fields, schema_fields
 from ._kafka import consumer_config
 from ._metrics import METRICS
 from ._store import DemandStore, OffsetConflict, OffsetUpdate
@@ -112,7 +112,7 @@ def _parse_slowly(record: Any, dead: DeadLetterSink) -> Fields | None:
     try:
         if record.value is None:
             raise InvalidEvent("message has no value", reason="no_value")
-        return parse_fields(record.value)
+        return schema_fields(record.value)
     except InvalidEvent as exc:
         dead(record, exc.reason, str(exc))
     except Exception as exc:  # no input may stop the consumer

@@ -20,7 +20,7 @@ from typing import Any
 from prewarm._ids import MAX_MODEL_ID_LENGTH, validate_model_id
 from prewarm._schemas import parse_request_event
 
-__all__ = ["Fields", "parse_fields"]
+__all__ = ["Fields", "parse_fields", "schema_fields"]
 
 # (model, ts epoch ms, cold start, wait ms)
 Fields = tuple[str, int, bool, float]
@@ -92,8 +92,10 @@ def fast_fields(raw: bytes, _match: Any = _CANONICAL.match, _ids: Any = _IDS.val
 
 def parse_fields(raw: bytes) -> Fields:
     """What the window needs of one message; raises ``InvalidEvent`` exactly as the schema does."""
-    fields = fast_fields(raw)
-    if fields is not None:
-        return fields
+    return fast_fields(raw) or schema_fields(raw)
+
+
+def schema_fields(raw: bytes) -> Fields:
+    """The same through the full schema only: for a message ``fast_fields`` has already turned down."""
     event = parse_request_event(raw)
     return event.model, event.ts, event.cold_start, event.wait_ms or 0.0
