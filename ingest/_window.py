@@ -45,11 +45,6 @@ class Cell:
     cold_starts: int = 0
     wait_ms: float = 0.0
 
-    def merge(self, other: Cell) -> None:
-        self.requests += other.requests
-        self.cold_starts += other.cold_starts
-        self.wait_ms += other.wait_ms
-
 
 @dataclass(slots=True)
 class MinuteAggregator:
@@ -60,7 +55,6 @@ class MinuteAggregator:
     last_seen_ms: dict[str, int] = field(default_factory=dict)
     counted: int = 0
     late: int = 0
-    future: int = 0
 
     def add(self, event: RequestEvent, watermark_ms: int | None, now: float) -> tuple[Verdict, int | None]:
         """Classify and count one event; returns the verdict and the partition's new watermark."""
@@ -73,8 +67,7 @@ class MinuteAggregator:
     ) -> tuple[Verdict, int | None]:
         """``add`` on the fields the window needs (the consumer's hot path skips the event object)."""
         if ts > (now + self.policy.future_tolerance_s) * 1000.0:
-            self.future += 1
-            return Verdict.FUTURE, watermark_ms
+            return Verdict.FUTURE, watermark_ms  # the caller dead-letters it
         if watermark_ms is not None and ts < watermark_ms - self.policy.lateness_s * 1000.0:
             self.late += 1
             return Verdict.LATE, watermark_ms
@@ -94,20 +87,6 @@ class MinuteAggregator:
         if watermark_ms is None or ts > watermark_ms:
             watermark_ms = ts
         return Verdict.COUNTED, watermark_ms
-
-    def merge(self, other: MinuteAggregator) -> None:
-        for key, cell in other.cells.items():
-            mine = self.cells.get(key)
-            if mine is None:
-                self.cells[key] = Cell(cell.requests, cell.cold_starts, cell.wait_ms)
-            else:
-                mine.merge(cell)
-        for model, ts in other.last_seen_ms.items():
-            if ts > self.last_seen_ms.get(model, ts - 1):
-                self.last_seen_ms[model] = ts
-        self.counted += other.counted
-        self.late += other.late
-        self.future += other.future
 
 
 def aggregate(
