@@ -107,6 +107,10 @@ class ExecutorDaemon:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> ExecutorDaemon:
+        if self.executor.l1.pool.pinned:
+            # Pinning the whole L1 takes seconds: once, before the first order, not inside a load. (Plain
+            # memory is faulted in block by block as fast, so a CPU node commits RAM only as L1 fills.)
+            self.executor.l1.pool.prefault()
         servers = bootstrap_servers(self._kafka)
         ensure_control_topics(self._kafka, client_id=f"{self._kafka.kafka_client_id}-executor")
         with broker_errors("connect state producer"):

@@ -37,10 +37,6 @@ def run(
     path = catalog_path(catalog, settings)
     ex = settings.executor if node is None else settings.executor.model_copy(update={"node_name": node})
     with Executor(Catalog.load(path), settings, executor=ex, cache_dir=cache_dir, device=device) as executor:
-        if executor.l1.pool.pinned:
-            # Pinning the whole L1 takes seconds: once, before the first order, not inside a load. (Plain
-            # memory is faulted in block by block as fast, so a CPU node commits RAM only as L1 fills.)
-            executor.l1.pool.prefault()
         daemon = ExecutorDaemon(executor, settings.kafka, state_interval_s=state_interval, catalog_path=path)
         typer.echo(
             f"executor {ex.node_name}: load API on http://{ex.executor_api_host}:{ex.executor_api_port}",
