@@ -11,25 +11,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WHEELS=${WHEELS:-deploy/gpu/wheels}  # not committed; name it in the device run's `carry`
-NEEDED=(pydantic pydantic-settings tenacity xxhash filelock pyyaml prometheus-client)
+SITE=.gpucheck-site                  # where missing packages go; never the image's environment
+# import name=distribution, for every pure package prewarm's spine and the executor import
+NEEDED=(pydantic=pydantic pydantic_settings=pydantic-settings tenacity=tenacity xxhash=xxhash
+  filelock=filelock yaml=pyyaml prometheus_client=prometheus-client)
 
 if [[ ${1:-} == --fetch-wheels ]]; then
   # Wheels for the image's Python (3.12, x86-64); binary only, so nothing is built there.
   python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 \
-    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$WHEELS" "${NEEDED[@]}"
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$WHEELS" "${NEEDED[@]#*=}"
   ls "$WHEELS"
   exit 0
 fi
 
 SIZE=${1:-4GiB}
 OUT=${OUT:-/tmp}
-SITE=.gpucheck-site
 python3 -c 'import torch, safetensors, numpy' || { echo "torch, safetensors and numpy are required" >&2; exit 2; }
-missing=$(python3 - <<'PY'
-import importlib.util
-mods = {"pydantic": "pydantic", "pydantic_settings": "pydantic-settings", "tenacity": "tenacity",
-        "xxhash": "xxhash", "filelock": "filelock", "yaml": "pyyaml", "prometheus_client": "prometheus-client"}
-print(" ".join(pkg for mod, pkg in mods.items() if importlib.util.find_spec(mod) is None))
+# On the path before the probe, so a second run finds what the first installed and installs nothing.
+export PYTHONPATH="$PWD:$PWD/$SITE${PYTHONPATH:+:$PYTHONPATH}"
+missing=$(python3 - "${NEEDED[@]}" <<'PY'
+import importlib.util, sys
+print(" ".join(dist for mod, _, dist in (a.partition("=") for a in sys.argv[1:]) if importlib.util.find_spec(mod) is None))
 PY
 )
 if [[ -n $missing ]]; then
@@ -37,7 +39,6 @@ if [[ -n $missing ]]; then
   # shellcheck disable=SC2086
   python3 -m pip install --quiet --no-index --find-links "$WHEELS" --target "$SITE" $missing
 fi
-export PYTHONPATH="$PWD:$PWD/$SITE${PYTHONPATH:+:$PYTHONPATH}"
 # prewarm's settings refuse unknown PREWARM_* variables; the check needs none.
 for v in $(env | grep -o '^PREWARM_[A-Z_0-9]*' || true); do unset "$v"; done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
