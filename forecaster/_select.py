@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from forecaster._calendar import DAY_MIN, minute_index
+from forecaster._calendar import DAY_MIN, WEEK_MIN, minute_index
 from forecaster._history import History
 from forecaster._scoring import SCALE_GRID, window_sums
 from forecaster.families import CANDIDATES, FAMILIES, Failure, Params, prior_params
@@ -98,9 +98,13 @@ def select_and_fit(history: History, config: SelectionConfig | None = None) -> l
             choices[i] = choice
     new = np.flatnonzero(age < config.new_model_days)
     if new.size:
+        # Every new model draws on the same peers: compile their week tables once, not once per model.
         peers = [c for c in choices if c is not None]
+        week = [FAMILIES[c.family].week(c.params) for c in peers]
+        tables = np.stack(week) if week else np.zeros((0, WEEK_MIN))
+        rates = tables.mean(axis=1) if tables.size else np.zeros(0)
         for i in new:
-            choices[i] = _prior(history.models[i], counts[i], peers)
+            choices[i] = _prior(history.models[i], counts[i], tables, rates)
     return [c for c in choices if c is not None]
 
 
@@ -273,14 +277,17 @@ def _fit_fallback(history: History, why: str) -> list[Choice]:
     return [c for c in out if c is not None]
 
 
-def _prior(model: str, counts: npt.NDArray[np.float64], peers: list[Choice]) -> Choice:
-    """A new model: the median shape of peers of similar volume, at the model's own rate (if any)."""
+def _prior(
+    model: str,
+    counts: npt.NDArray[np.float64],
+    tables: npt.NDArray[np.float64],
+    rates: npt.NDArray[np.float64],
+) -> Choice:
+    """A new model: the median shape of peers of similar volume, at the model's own rate (if any).
+
+    ``tables`` holds the peers' week tables, one row each, and ``rates`` their mean rates per minute."""
     with np.errstate(invalid="ignore"):
         own = float(np.nanmean(counts)) if np.any(~np.isnan(counts)) else float("nan")
-    tables = (
-        np.stack([FAMILIES[c.family].week(c.params) for c in peers]) if peers else np.zeros((0, 7 * DAY_MIN))
-    )
-    rates = tables.mean(axis=1) if tables.size else np.zeros(0)
     if np.isnan(own):
         own = float(np.median(rates)) if rates.size else 0.0
     similar = (rates >= own / 3.0) & (rates <= own * 3.0) if own > 0 else rates > 0
