@@ -8,39 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import ingest
 from ingest import Cell, DemandStore, OffsetConflict, OffsetUpdate, StoredOffset
 from prewarm import StorageError
-
-
-def test_public_api_is_pinned() -> None:
-    assert set(ingest.__all__) == {
-        "FAMILIES",
-        "Cell",
-        "DeadLetter",
-        "DeadLetterWriter",
-        "DemandStore",
-        "IngestConsumer",
-        "IngestSummary",
-        "MinuteAggregator",
-        "OffsetConflict",
-        "OffsetUpdate",
-        "ReplayResult",
-        "RequestLogProducer",
-        "StoredOffset",
-        "SyntheticTrace",
-        "Verdict",
-        "WindowPolicy",
-        "aggregate",
-        "azure2019_minute_counts",
-        "azure_model_id",
-        "decode_dead_letter",
-        "encode_event",
-        "generate",
-        "minute_of",
-        "read_trace",
-        "replay_frame",
-    }
 
 
 def test_series_is_zero_filled_with_int_epoch_index(store: DemandStore) -> None:
