@@ -3,7 +3,8 @@
 A family has an ``alias``, a ``fit`` over a whole ``History`` (vectorised over models where the method
 allows; a per-series method loops inside) returning JSON-able parameters per model, and ``week`` which
 compiles one model's parameters into its week table: expected requests per minute for each of the
-10080 minutes of a UTC week. ``predict`` is the same for every family: a gather from that table.
+10080 minutes of a UTC week. Prediction is the same for every family, so it lives in the bundle: one
+gather from all the models' week tables (``ForecasterBundle.predict``).
 
 Families are fitted on what happened *before* the forecast origin and forecast a weekly-periodic
 future; the daily retrain is what moves them along (a launch or a deprecation shows up at the next
@@ -19,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from forecaster._calendar import DAY_MIN, WEEK_MIN, minute_index
+from forecaster._calendar import DAY_MIN, WEEK_MIN
 from forecaster._history import History
 
 __all__ = ["Failure", "Family", "Params", "recency_weights"]
@@ -49,11 +50,6 @@ class Family(ABC):
     @abstractmethod
     def week(self, params: Params) -> npt.NDArray[np.float64]:
         """Expected requests per minute for each minute of the UTC week (shape ``(10080,)``)."""
-
-    def predict(self, params: list[Params], timestamps: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        """Expected requests per minute at each epoch timestamp, ``(len(params), len(timestamps))``."""
-        cells = minute_index(timestamps)
-        return np.stack([self.week(p)[cells] for p in params]) if params else np.zeros((0, cells.size))
 
 
 def recency_weights(minutes: int, half_life_days: float) -> npt.NDArray[np.float64]:
