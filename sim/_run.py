@@ -36,7 +36,8 @@ class SimReport:
     queued_loads: int
     failed_orders: int
     bytes_moved: int
-    peak_over_commit_bytes: int
+    over_commit_bytes: int
+    """Bytes the executors' LRU had to displace to apply this policy's orders (0 for a correct plan)."""
     orders: int
 
     def to_json(self) -> dict[str, Any]:
@@ -122,7 +123,7 @@ def _report(name: str, world: World, orders: int) -> SimReport:
         queued_loads=totals["queued_loads"],
         failed_orders=totals["failed_orders"],
         bytes_moved=totals["bytes_moved"],
-        peak_over_commit_bytes=totals["peak_over_commit_bytes"],
+        over_commit_bytes=totals["over_commit_bytes"],
         orders=orders,
     )
 

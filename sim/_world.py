@@ -3,7 +3,8 @@ node's bandwidth say, and requests that wait for whatever is not yet in GPU memo
 
 It plays the executor's part for the real scheduler: it applies orders exactly as ``Executor.apply``
 would (prefetch along the path, demote one tier down, evict a tier and everything closer), makes room the
-way an executor's own LRU would when an order does not fit, and reports an ``ExecutorState`` per node.
+way an executor's own LRU would when an order does not fit (and counts those bytes: the plan's
+over-commit), and reports an ``ExecutorState`` per node.
 Time only moves when the driver says so.
 """
 
@@ -64,7 +65,8 @@ class SimNode:
     bytes_moved: int = 0
     mispredictions: int = 0
     prefetches: int = 0
-    peak_over_commit: int = 0
+    lru_displaced: int = 0  # bytes ``_room`` moved aside to fit a load or a demotion, whoever asked
+    over_commit: int = 0  # of those, bytes moved aside to apply an order (see ``World.apply``)
 
     def used(self, tier: Tier) -> int:
         return sum(c.bytes for c in self.held[tier].values())
@@ -95,6 +97,7 @@ class SimNode:
         for _, model in victims:
             if self.free(tier) >= need:
                 break
+            self.lru_displaced += self.held[tier][model].bytes
             self._drop(tier, model, now, demote=True)
         return self.free(tier) >= need
 
@@ -128,7 +131,6 @@ class SimNode:
             self.bytes_moved += size
         if prefetch and to in (Tier.L0, Tier.L1):
             self.prefetches += 1
-        self._check()
         return ready
 
     def demote(self, model: str, to: Tier, now: float) -> None:
@@ -146,10 +148,6 @@ class SimNode:
             if copy is not None:
                 copy.last_used = now
                 copy.used_since_prefetch = True
-
-    def _check(self) -> None:
-        for tier in CACHE_TIERS:
-            self.peak_over_commit = max(self.peak_over_commit, -self.free(tier))
 
     def report(self, now: float) -> ExecutorState:
         tiers = [
@@ -193,6 +191,12 @@ class World:
         self._applied: set[str] = set()
 
     def apply(self, order: Order, now: float) -> OrderOutcome:
+        """Apply ``order`` as an executor would.
+
+        A planner that books its orders correctly has already ordered the demotions and evictions that
+        make room, so applying one never makes the LRU displace a resident. The bytes it does displace
+        are the plan's over-commit: the order asked a tier for room it did not have.
+        """
         node = self.nodes.get(order.node)
         if order.id in self._applied:
             status = OrderStatus.ALREADY
@@ -202,6 +206,7 @@ class World:
             status = OrderStatus.EXPIRED
         else:
             size = self.catalog[order.model].size_bytes
+            displaced = node.lru_displaced
             if order.action is OrderAction.PREFETCH:
                 ok = node.load(order.model, size, order.tier, now, prefetch=not order.demand) is not None
                 node.failed_orders += 0 if ok else 1
@@ -212,6 +217,7 @@ class World:
             else:
                 node.evict(order.model, order.tier, now)
                 status = OrderStatus.DONE
+            node.over_commit += node.lru_displaced - displaced
         self._applied.add(order.id)
         outcome = OrderOutcome(order_id=order.id, node=order.node, model=order.model, status=status, at=now)
         self.outcomes.append(outcome)
@@ -263,5 +269,5 @@ class World:
             "bytes_moved": sum(n.bytes_moved for n in nodes),
             "mispredictions": sum(n.mispredictions for n in nodes),
             "prefetches": sum(n.prefetches for n in nodes),
-            "peak_over_commit_bytes": max((n.peak_over_commit for n in nodes), default=0),
+            "over_commit_bytes": sum(n.over_commit for n in nodes),
         }

@@ -100,12 +100,21 @@ def test_unused_prefetch_is_evicted_after_the_window_and_counted(loop: Callable[
     assert OrderReason.MISPREDICTION.value in reasons
 
 
+def _capacity_evictions() -> float:
+    return sum(
+        REGISTRY.get_sample_value("prewarm_executor_evictions_total", {"tier": t.value, "reason": "capacity"})
+        or 0.0
+        for t in (Tier.L0, Tier.L1, Tier.L2)
+    )
+
+
 def test_three_cold_models_for_room_of_one_are_placed_or_queued_without_a_failed_load(
     loop: Callable[..., Loop],
 ) -> None:
     live = loop(3, l0=3 * MB, l1=3 * MB)
     size = live.catalog["m0"].size_bytes
     assert 1.5 * MB < size < 3 * MB  # room for one in L0 and in L1, never two
+    evicted = _capacity_evictions()
     core = live.runtime.core
     core.set_signals(
         demand=[Hint(model=m, source=DEMAND_SOURCE, received_at=time.time()) for m in ("m0", "m1", "m2")]
@@ -122,6 +131,10 @@ def test_three_cold_models_for_room_of_one_are_placed_or_queued_without_a_failed
         ts = state.tier(tier)
         assert ts is not None
         assert ts.used_bytes <= ts.capacity_bytes
+    # The bound above holds whatever the planner orders (a tier's LRU makes room); this one is the
+    # planner's: it sent each model only where the room was there or made by its own orders, so no
+    # load left the choice of a victim to the LRU.
+    assert _capacity_evictions() == evicted
 
 
 def test_load_api_returns_once_the_model_is_in_l0(loop: Callable[..., Loop]) -> None:
