@@ -125,3 +125,19 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("PREWARM_"):
             monkeypatch.delenv(key)
+
+
+# Each service's marker follows from the fixture that needs it, so ``-m "not s3"`` and friends select
+# exactly the tests that talk to that service (parametrized database fixtures mark their own params).
+_SERVICE_OF_FIXTURE = {
+    "kafka_bootstrap": "kafka",
+    "s3_endpoint": "s3",
+    "postgres_url": "postgres",
+    "mlflow_uri": "mlflow",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture in set(getattr(item, "fixturenames", ())) & _SERVICE_OF_FIXTURE.keys():
+            item.add_marker(_SERVICE_OF_FIXTURE[fixture])

@@ -96,14 +96,12 @@ def uploaded(s3_endpoint: str, s3_bucket: str, weights_dir: Path, unique: str) -
     return spec.model_copy(update={"uri": uri})
 
 
-@pytest.mark.s3
 def test_store_reports_size_and_sha256_like_the_catalog(uploaded: ModelSpec, s3_endpoint: str) -> None:
     store = open_store(uploaded.uri, s3_settings(s3_endpoint=s3_endpoint))
     assert store.size(uploaded.uri) == uploaded.size_bytes
     assert store.sha256(uploaded.uri) == uploaded.sha256
 
 
-@pytest.mark.s3
 @pytest.mark.parametrize("structure", ["cuda", "cpu-direct"])
 def test_load_from_s3_streams_to_l0_and_l2_in_one_pass(
     uploaded: ModelSpec, s3_endpoint: str, weights_dir: Path, make_executor: ExecutorFactory, structure: str
@@ -117,7 +115,6 @@ def test_load_from_s3_streams_to_l0_and_l2_in_one_pass(
     assert executor.verify()[0].ok
 
 
-@pytest.mark.s3
 @pytest.mark.parametrize(
     ("target", "structure"), [(Tier.L1, "cpu-direct"), (Tier.L0, "cuda"), (Tier.L0, "cpu-direct")]
 )
@@ -155,7 +152,6 @@ def test_s3_server_killed_mid_download_leaves_no_partial_file_and_load_succeeds_
         proxy.kill()
 
 
-@pytest.mark.s3
 def test_missing_credentials_name_the_endpoint(
     uploaded: ModelSpec, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -37,7 +37,6 @@ def invoke(env: dict[str, str], *args: str) -> str:
     return result.stdout
 
 
-@pytest.mark.kafka
 @pytest.mark.skipif(not AZURE.exists(), reason="the shared Azure sample is not next to the repository")
 def test_azure_2019_sample_replays_into_the_store_with_the_files_counts(
     store_url: str,
@@ -83,7 +82,6 @@ def test_azure_2019_sample_replays_into_the_store_with_the_files_counts(
     assert set(stats["last_event"]) == set(expected.columns)
 
 
-@pytest.mark.kafka
 def test_produce_synthetic_lands_with_the_generators_counts(
     tmp_path: Path, kafka_settings: KafkaSettings, ingest_settings: IngestSettings
 ) -> None:
@@ -102,7 +100,6 @@ def test_produce_synthetic_lands_with_the_generators_counts(
     pd.testing.assert_frame_equal(got, expected, check_names=False, check_dtype=False)
 
 
-@pytest.mark.kafka
 def test_produce_synthetic_can_name_its_models_after_the_catalog(
     tmp_path: Path, kafka_settings: KafkaSettings, ingest_settings: IngestSettings
 ) -> None:
@@ -127,7 +124,6 @@ def test_produce_synthetic_can_name_its_models_after_the_catalog(
     assert "demo-00" in seen
 
 
-@pytest.mark.kafka
 def test_stats_text_output_names_the_group_and_partitions(
     tmp_path: Path, kafka_settings: KafkaSettings, ingest_settings: IngestSettings
 ) -> None:
@@ -138,7 +134,6 @@ def test_stats_text_output_names_the_group_and_partitions(
     assert "partition 0: lag 0" in text
 
 
-@pytest.mark.kafka
 @pytest.mark.slow
 def test_benchmark_reports_the_documented_keys(tmp_path: Path, kafka_bootstrap: str) -> None:
     out = tmp_path / "bench.json"

@@ -6,14 +6,11 @@ import random
 import threading
 from collections import Counter
 
-import pytest
 from ingest_helpers import NOW_MS, dead_letters, event, good_events, make_topic, produce, stored
 
 from ingest import DemandStore, IngestConsumer, IngestSummary
 from prewarm import EVENT_MAX_BYTES, IngestSettings, KafkaSettings
 from prewarm._metrics import REGISTRY
-
-pytestmark = pytest.mark.kafka
 
 
 def consume(

@@ -33,7 +33,7 @@ from private_broker import PrivateBroker, kafka_lib_dir
 from ingest import DemandStore, RequestLogProducer, minute_of
 from prewarm import BrokerError, IngestSettings, KafkaSettings, parse_request_event
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]  # kafka: some tests run a private broker
 
 
 class PacedProducer(threading.Thread):

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from live_builders import models, wait_until
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 # Registers `executor run` whether or not prewarm/cli/__init__.py imports its module yet.

@@ -26,7 +26,7 @@ from prewarm import Settings, Tier
 from scheduler import Cluster
 from scheduler._runtime import Runtime
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 def history(surge_at: float, now: float, days: int = 3) -> pd.DataFrame:

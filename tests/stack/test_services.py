@@ -28,7 +28,6 @@ def _s3_client(endpoint: str) -> Any:
     )
 
 
-@pytest.mark.kafka
 def test_message_round_trips_through_kafka_and_the_group_offset_is_committed(
     kafka_bootstrap: str, unique: str
 ) -> None:
@@ -73,7 +72,6 @@ def test_message_round_trips_through_kafka_and_the_group_offset_is_committed(
         reader.close()
 
 
-@pytest.mark.s3
 def test_object_is_put_listed_range_read_and_deleted_through_s3(
     s3_endpoint: str, s3_bucket: str, unique: str
 ) -> None:
@@ -97,7 +95,6 @@ def test_object_is_put_listed_range_read_and_deleted_through_s3(
     assert missing.value.response["Error"]["Code"] in {"404", "NoSuchKey"}
 
 
-@pytest.mark.postgres
 def test_rows_written_through_sqlalchemy_are_read_back_from_postgres(postgres_url: str, unique: str) -> None:
     import sqlalchemy as sa
 
@@ -121,8 +118,6 @@ def test_rows_written_through_sqlalchemy_are_read_back_from_postgres(postgres_ur
         engine.dispose()
 
 
-@pytest.mark.mlflow
-@pytest.mark.s3
 def test_mlflow_run_stores_its_artifact_in_the_s3_bucket(
     mlflow_uri: str, s3_endpoint: str, unique: str, tmp_path: Path
 ) -> None:
