@@ -13,21 +13,20 @@ from forecaster._calendar import WEEK_MIN
 from forecaster._codec import decode_array, encode_array
 from forecaster._history import History
 from forecaster.families._base import Failure, Family, Params
+from forecaster.families._bucketed import BUCKET
 
 __all__ = ["Prior", "prior_params"]
-
-_BUCKET = 30
 
 
 def prior_params(rate: float, tables: npt.NDArray[np.float64]) -> Params:
     """Parameters from the week tables (``(k, 10080)``) of the similar models and the model's own rate."""
     if tables.size:
-        per_slot = tables.reshape(tables.shape[0], -1, _BUCKET).mean(axis=2)
+        per_slot = tables.reshape(tables.shape[0], -1, BUCKET).mean(axis=2)
         means = per_slot.mean(axis=1, keepdims=True)
         shapes = per_slot[means[:, 0] > 0] / means[means[:, 0] > 0]
-        shape = np.median(shapes, axis=0) if shapes.size else np.ones(WEEK_MIN // _BUCKET)
+        shape = np.median(shapes, axis=0) if shapes.size else np.ones(WEEK_MIN // BUCKET)
     else:
-        shape = np.ones(WEEK_MIN // _BUCKET)
+        shape = np.ones(WEEK_MIN // BUCKET)
     shape = shape / max(float(shape.mean()), 1e-12)
     return {"rate": float(max(rate, 0.0)), "shape30": encode_array(shape)}
 
@@ -42,4 +41,4 @@ class Prior(Family):
         return [prior_params(float(r), np.zeros((0, WEEK_MIN))) for r in rates]
 
     def week(self, params: Params) -> npt.NDArray[np.float64]:
-        return np.repeat(decode_array(params["shape30"]), _BUCKET) * max(0.0, float(params["rate"]))
+        return np.repeat(decode_array(params["shape30"]), BUCKET) * max(0.0, float(params["rate"]))
