@@ -43,11 +43,12 @@ def demo(
     began = time.perf_counter()
 
     # 1. catalog -------------------------------------------------------------------------------------
+    byte_sizes = [parse_bytes(s) for s in sizes.split(",")]
     catalog_path = settings.core.catalog or root / "weights" / "catalog.yaml"
-    if catalog_path.exists():
+    if settings.core.catalog or _made_with(catalog_path, f"sizes={byte_sizes}"):
         catalog = Catalog.load(catalog_path)
     else:
-        catalog = synth_catalog(root / "weights", [parse_bytes(s) for s in sizes.split(",")])
+        catalog = synth_catalog(root / "weights", byte_sizes)
     _say("catalog", f"{len(catalog)} models in {catalog_path}")
     for spec in catalog:
         typer.echo(f"    {spec.id:<10} v{spec.version}  {format_bytes(spec.size_bytes):>10}  {spec.uri}")
@@ -80,7 +81,9 @@ def demo(
         from ingest import Cell, DemandStore, generate
 
         trace = generate(fleet, days, seed=7, start=DEMO_START)
-        store_url = f"sqlite:///{root / 'demand.db'}"
+        store_path = root / "demand.db"
+        _made_with(store_path, f"fleet={fleet} days={days} start={DEMO_START}")  # else filled afresh below
+        store_url = f"sqlite:///{store_path}"
         with DemandStore(store_url) as store:
             if not store.models_seen():
                 frame = trace.minute_frame()
@@ -133,12 +136,11 @@ def demo(
         )
         for spec in catalog:
             node.evict(spec.id, Tier.L1)  # back to disk: the hint has something to do
-        orders: list[object] = []
         core = SchedulerCore(
             catalog=catalog,
             cluster=cluster,
             config=PlannerConfig.from_settings(settings.scheduler),
-            dispatch=orders.extend,
+            dispatch=lambda _orders: None,  # the placed orders are applied to the node below
         )
         core.observe(node.state())
         target = list(catalog)[-1].id
@@ -172,3 +174,17 @@ def demo(
     )
     typer.echo(render_table(reports))
     _say("done", f"in {time.perf_counter() - began:.0f} s; everything is under {root}")
+
+
+def _made_with(path: Path, params: str) -> bool:
+    """Whether ``path`` exists and was made from ``params`` (recorded beside it). If not, it is removed
+    and ``params`` recorded, for the caller to make it again: a rerun with other flags never reports on
+    what an earlier run left."""
+    stamp = path.with_name(f"{path.name}.params")
+    if path.exists() and stamp.exists() and stamp.read_text() == params:
+        return True
+    for side in ("", "-wal", "-shm", "-journal"):  # a SQLite file goes with its side files
+        path.with_name(path.name + side).unlink(missing_ok=True)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(params)
+    return False

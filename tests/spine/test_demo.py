@@ -33,3 +33,17 @@ def test_demo_runs_every_stage_on_embedded_defaults(tmp_path: Path, monkeypatch:
     assert "prewarm" in result.output
     assert (tmp_path / "demo" / "mlruns").is_dir()
     assert (tmp_path / "demo" / "demand.db").is_file()
+
+
+def test_demo_state_from_other_flags_is_made_again(tmp_path: Path) -> None:
+    from prewarm.cli._demo import _made_with
+
+    db = tmp_path / "demand.db"
+    assert not _made_with(db, "fleet=7 days=4")
+    db.write_text("rows of 7 models")
+    (tmp_path / "demand.db-wal").write_text("its log")
+    assert _made_with(db, "fleet=7 days=4")  # same flags: reused
+
+    assert not _made_with(db, "fleet=9 days=4")  # other flags: gone, to be made again
+    assert not db.exists()
+    assert not (tmp_path / "demand.db-wal").exists()
