@@ -11,15 +11,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from prewarm import BrokerError, ExecutorState, KafkaSettings, Order, get_logger
+from prewarm import ExecutorState, KafkaSettings, Order, get_logger
 from prewarm.kafka import bootstrap_servers, broker_errors
 
 __all__ = ["OrderPublisher", "StateFollower"]
 
 log = get_logger(__name__)
+
+_FOLLOW = "follow executor state"
 
 
 class OrderPublisher:
@@ -58,6 +59,7 @@ class StateFollower:
 
     No consumer group: every scheduler replica (and every restart) reads the whole compacted topic.
     A report that does not parse is logged and skipped; one bad executor does not blind the scheduler.
+    Any error that ends the loop is kept in ``error``, which the scheduler's readiness reports.
     """
 
     def __init__(self, kafka: KafkaSettings, on_state: Callable[[ExecutorState], None]) -> None:
@@ -66,7 +68,8 @@ class StateFollower:
         self._stop = threading.Event()
         self._caught_up = threading.Event()
         self._thread = threading.Thread(target=self._run, name="prewarm-state-follower", daemon=True)
-        self.error: BrokerError | None = None
+        self.error: Exception | None = None
+        """What ended the loop: a ``BrokerError`` from the broker, else the error itself."""
 
     def start(self) -> StateFollower:
         self._thread.start()
@@ -81,7 +84,7 @@ class StateFollower:
 
     def _consumer(self) -> KafkaConsumer:
         topic = self._kafka.topic_executor_state
-        with broker_errors("follow executor state"):
+        with broker_errors(_FOLLOW):
             consumer = KafkaConsumer(
                 bootstrap_servers=bootstrap_servers(self._kafka),
                 client_id=f"{self._kafka.kafka_client_id}-scheduler-state",
@@ -95,28 +98,34 @@ class StateFollower:
             return consumer
 
     def _run(self) -> None:
+        consumer: KafkaConsumer | None = None
         try:
             consumer = self._consumer()
-        except BrokerError as exc:
+            self._follow(consumer)
+        except Exception as exc:
+            # Whatever ends the loop must reach readiness: a thread that dies quietly leaves the planner
+            # on reports that no longer change while /readyz still says ok.
             self.error = exc
-            log.error("cannot follow executor state", extra={"error": str(exc)})
-            return
-        try:
-            ends: dict[Any, int] = consumer.end_offsets(list(consumer.assignment()))
-            while not self._stop.is_set():
-                batches = consumer.poll(timeout_ms=200)
-                for records in batches.values():
-                    for record in records:
-                        self._deliver(record.value)
-                if not self._caught_up.is_set() and all(
-                    consumer.position(tp) >= end for tp, end in ends.items()
-                ):
-                    self._caught_up.set()
-        except KafkaError as exc:
-            self.error = BrokerError(f"follow executor state: {exc}", transient=True)
-            log.error("executor state follower stopped", extra={"error": str(exc)})
+            log.error("executor state follower stopped", extra={"error": f"{type(exc).__name__}: {exc}"})
         finally:
-            consumer.close()
+            if consumer is not None:
+                consumer.close()
+
+    def _follow(self, consumer: KafkaConsumer) -> None:
+        # Only the consumer's calls are the broker's: an error in delivering a report is ours.
+        with broker_errors(_FOLLOW):
+            ends: dict[Any, int] = consumer.end_offsets(list(consumer.assignment()))
+        while not self._stop.is_set():
+            with broker_errors(_FOLLOW):
+                batches = consumer.poll(timeout_ms=200)
+            for records in batches.values():
+                for record in records:
+                    self._deliver(record.value)
+            if not self._caught_up.is_set():
+                with broker_errors(_FOLLOW):
+                    caught_up = all(consumer.position(tp) >= end for tp, end in ends.items())
+                if caught_up:
+                    self._caught_up.set()
 
     def _deliver(self, value: bytes | None) -> None:
         if value is None:  # a tombstone: a node left the cluster

@@ -6,13 +6,14 @@ planning round every second and a two-second misprediction window.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer
 from live_builders import MB, executor_for, models, tier_of, wait_until
 from scheduler_builders import settings_for_stack
 
@@ -82,6 +83,24 @@ def test_hint_brings_its_model_to_l1_within_its_lead_time(loop: Callable[..., Lo
     assert all(o.status is OrderStatus.DONE for o in live.daemon.outcomes)
     # And the scheduler learns it from the node's report, so it does not order it again.
     assert wait_until(lambda: "m0" in live.runtime.core.plan_view()["tiers"])
+
+
+def test_readiness_reports_a_state_follower_that_a_socket_error_stopped(
+    loop: Callable[..., Loop], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live = loop()
+    assert live.runtime.ready() == (True, "ok")
+    poll = KafkaConsumer.poll
+
+    def failing_poll(self: KafkaConsumer, *args: object, **kwargs: object) -> object:
+        # Only the scheduler's follower loses its connection; the executor daemon keeps its own.
+        if threading.current_thread().name == "prewarm-state-follower":
+            raise ConnectionResetError("connection reset by peer")
+        return poll(self, *args, **kwargs)
+
+    monkeypatch.setattr(KafkaConsumer, "poll", failing_poll)
+    assert wait_until(lambda: not live.runtime.ready()[0], timeout=10)
+    assert "executor state" in live.runtime.ready()[1]
 
 
 def _mispredictions() -> float:
