@@ -221,7 +221,7 @@ class Runtime:
             self._scheduler.add_job(
                 forget_hint_job,
                 "date",
-                run_date=datetime.fromtimestamp((hint.received_at or 0.0) + hint.eta_s + hint.ttl_s, UTC),
+                run_date=datetime.fromtimestamp(hint.expires_at, UTC),
                 args=[text],
                 id=f"hint:{hashlib.sha256(text.encode()).hexdigest()[:32]}",
                 replace_existing=True,
