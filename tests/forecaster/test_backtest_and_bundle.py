@@ -92,31 +92,6 @@ def test_bundle_of_unknown_version_or_family_is_refused(tmp_path: Path) -> None:
         ForecasterBundle.load(path)
 
 
-def test_public_face_is_pinned() -> None:
-    assert sorted(forecaster.__all__) == sorted(
-        [
-            "BUNDLE_VERSION",
-            "CHAMPION",
-            "FAMILIES",
-            "BacktestReport",
-            "Choice",
-            "Family",
-            "ForecasterBundle",
-            "History",
-            "ModelForecast",
-            "RegisterDecision",
-            "RetrainResult",
-            "SelectionConfig",
-            "backtest",
-            "fit_bundle",
-            "load_forecaster",
-            "retrain",
-            "retrain_trigger",
-            "tracking_uri_of",
-        ]
-    )
-
-
 def test_every_family_fits_and_compiles_a_week_table(synthetic_small: tuple[History, dict[str, str]]) -> None:
     history, _ = synthetic_small
     head, _ = history.split(history.start + 8 * DAY)

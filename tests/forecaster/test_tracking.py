@@ -96,7 +96,6 @@ def test_unreachable_tracking_server_is_a_transient_tracking_error(monkeypatch: 
     assert caught.value.transient
 
 
-@pytest.mark.mlflow
 def test_champion_logged_to_the_server_loads_back_and_predicts_the_same_numbers(
     tmp_path: Path, history: History, unique: str, mlflow_uri: str, s3_endpoint: str
 ) -> None:
