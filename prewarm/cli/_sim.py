@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import typer
 
@@ -34,7 +34,8 @@ def run(
     from sim import compare
 
     settings = settings_of(ctx)
-    events = read_trace(trace, "azure2019" if fmt == "azure2019" else "requests")
+    # read_trace validates the format: an unknown one is InvalidInput, exit status 2.
+    events = read_trace(trace, cast("Literal['requests', 'azure2019']", fmt))
     models = sorted(events["model"].astype(str).unique())
     catalog = Catalog.load(catalog_file) if catalog_file else None
     cluster = Cluster.load(cluster_file) if cluster_file else None
@@ -85,7 +86,7 @@ def bench_sim(
 
     settings = settings_of(ctx)
     began = time.perf_counter()
-    trace = generate(models, days, seed=seed, start=1_704_067_200.0)  # a Monday 00:00 UTC, as the demo
+    trace = generate(models, days, seed=seed)  # from a Monday 00:00 UTC, as the demo
     history = History.from_events(trace.events, start=trace.start)
     cut = trace.start + (days - 1) * 86400
     train, _ = history.split(cut)

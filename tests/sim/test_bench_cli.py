@@ -43,3 +43,11 @@ def test_bench_sim_writes_the_comparison_as_json(tmp_path: Path) -> None:
     assert data["over_commit_bytes"] == 0
     assert data["setup"]["nodes"] == 1
     assert data["reports"]["reactive"]["requests"] == data["reports"]["prewarm"]["requests"]
+
+
+def test_sim_run_rejects_an_unknown_trace_format(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,model\n1704067200,m0\n")
+    result = CliRunner().invoke(app, ["sim", "run", "--trace", str(trace), "--format", "parquet"])
+    assert result.exit_code == 2, result.output
+    assert "unknown trace format 'parquet'" in result.output
