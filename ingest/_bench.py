@@ -70,11 +70,12 @@ def produce_bench_events(
 
 
 def bare_poll_rate(
-    kafka: KafkaSettings, topic: str, events: int, timeout_s: float = 600.0
+    kafka: KafkaSettings, ingest: IngestSettings, topic: str, events: int, timeout_s: float = 600.0
 ) -> tuple[float, float]:
-    """(records per wall second, records per CPU second) of a plain poll loop over ``topic``."""
+    """(records per wall second, records per CPU second) of a plain poll loop over ``topic``, with the
+    consumer's own fetch settings."""
     with broker_errors(f"bare consumer on {topic}"):
-        consumer = KafkaConsumer(**consumer_config(kafka))
+        consumer = KafkaConsumer(**consumer_config(kafka, ingest))
         try:
             partitions = sorted(consumer.partitions_for_topic(topic) or ())
             tps = [TopicPartition(topic, p) for p in partitions]
@@ -143,7 +144,7 @@ def run_ingest_bench(kafka: KafkaSettings, ingest: IngestSettings, config: Bench
     passes: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="prewarm-bench-") as tmp:
         for round_ in range(config.rounds):
-            bare.append(bare_poll_rate(bench_kafka, topic, config.events))
+            bare.append(bare_poll_rate(bench_kafka, ingest, topic, config.events))
             group = f"{topic}-group-{round_}"
             passes.append(_ingest_once(bench_kafka, ingest, topic, group, config, Path(tmp)))
     best = max(passes, key=lambda p: float(p["events_per_s"]))

@@ -163,8 +163,8 @@ class IngestConsumer:
             self._consumer = KafkaConsumer(
                 **consumer_config(
                     kafka,
+                    ingest,
                     group_id=self.group,
-                    max_poll_records=ingest.ingest_max_poll_records,
                     session_timeout_ms=int(ingest.ingest_session_timeout_s * 1000),
                     heartbeat_interval_ms=int(ingest.ingest_session_timeout_s * 1000 / 3),
                 )

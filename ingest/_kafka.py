@@ -11,20 +11,20 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
-from prewarm._settings import KafkaSettings
+from prewarm._settings import IngestSettings, KafkaSettings
 from prewarm.kafka import bootstrap_servers, broker_errors, create_topics
 
 __all__ = ["consumer_config", "create_topic", "end_offsets", "make_producer"]
 
 
-def consumer_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
+def consumer_config(kafka: KafkaSettings, ingest: IngestSettings, **extra: Any) -> dict[str, Any]:
     """Fetch tuning shared by the ingest consumer and the bare baseline of the benchmark."""
     config: dict[str, Any] = {
         "bootstrap_servers": bootstrap_servers(kafka),
         "client_id": kafka.kafka_client_id,
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
-        "max_poll_records": 10_000,
+        "max_poll_records": ingest.ingest_max_poll_records,
         # Larger fetches than the defaults (fewer round trips); kafka-python refuses a response frame
         # above receive_message_max_bytes, so that limit grows with them.
         "fetch_max_bytes": 16 * 2**20,
