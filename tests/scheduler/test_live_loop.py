@@ -34,7 +34,7 @@ from scheduler import DEMAND_SOURCE, Cluster, PlannerConfig
 from scheduler._runtime import Runtime
 from scheduler._serve import BackgroundServer
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 class Loop:

@@ -15,8 +15,6 @@ from prewarm import ExecutorState, Hint, Order, OrderAction, Settings, Tier, Tie
 from scheduler import Cluster, PlannerConfig
 from scheduler._runtime import Runtime
 
-pytestmark = [pytest.mark.kafka]
-
 # No margins and fast links: a hint's prefetch is due almost exactly at its eta.
 INSTANT = PlannerConfig(hop_overhead_s=0.0, lead_margin_s=0.0, lead_margin_frac=0.0)
 FAST = {"l3_bytes_per_s": "1TB/s", "l2_bytes_per_s": "1TB/s", "l1_bytes_per_s": "1TB/s"}
