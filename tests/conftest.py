@@ -137,6 +137,11 @@ _SERVICE_OF_FIXTURE = {
 }
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    for service in sorted(set(_SERVICE_OF_FIXTURE.values())):
+        config.addinivalue_line("markers", f"{service}: needs the {service} service of the local stack")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for fixture in set(getattr(item, "fixturenames", ())) & _SERVICE_OF_FIXTURE.keys():
