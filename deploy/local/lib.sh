@@ -26,8 +26,13 @@ S3_ACCESS_KEY=${STACK_S3_ACCESS_KEY:-prewarm}
 S3_SECRET_KEY=${STACK_S3_SECRET_KEY:-prewarmsecret}
 S3_REGION=us-east-1
 S3_TEST_BUCKET=prewarm-test
-S3_MODELS_BUCKET=prewarm-models
 S3_MLFLOW_BUCKET=prewarm-mlflow
+# What every S3 client of this stack is given: the keys, and checksums only where the API requires them
+# (recent boto3 otherwise sends trailers that S3-compatible servers may reject).
+S3_CLIENT_ENV=(
+  AWS_ACCESS_KEY_ID="$S3_ACCESS_KEY" AWS_SECRET_ACCESS_KEY="$S3_SECRET_KEY" AWS_DEFAULT_REGION="$S3_REGION"
+  AWS_REQUEST_CHECKSUM_CALCULATION=when_required AWS_RESPONSE_CHECKSUM_VALIDATION=when_required
+)
 PG_USER=prewarm
 
 log() { printf 'stack: %s\n' "$*" >&2; }

@@ -20,9 +20,7 @@ mlflow_start() {
   # Job execution (GenAI scorers, prompt optimisation) would add a runner and seven huey workers, ~600 MB
   # that tracking and the registry never use. The marker is the repo's mlflow path, which tells our server from any other on this machine.
   launch mlflow "$MLFLOW_BIN server" env \
-    MLFLOW_S3_ENDPOINT_URL="http://$HOST:$S3_PORT" \
-    AWS_ACCESS_KEY_ID="$S3_ACCESS_KEY" AWS_SECRET_ACCESS_KEY="$S3_SECRET_KEY" AWS_DEFAULT_REGION="$S3_REGION" \
-    AWS_REQUEST_CHECKSUM_CALCULATION=when_required AWS_RESPONSE_CHECKSUM_VALIDATION=when_required \
+    MLFLOW_S3_ENDPOINT_URL="http://$HOST:$S3_PORT" "${S3_CLIENT_ENV[@]}" \
     MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false \
     "$MLFLOW_BIN" server --host "$HOST" --port "$MLFLOW_PORT" --workers 1 \
     --backend-store-uri "postgresql+psycopg://$PG_USER@$HOST:$PG_PORT/mlflow" \

@@ -41,42 +41,27 @@ s3_start() {
     "$(s3_bin)" --port "$HOST:$S3_PORT" posix --sidecar "$S3_STATE/meta" "$S3_STATE/data"
 }
 
-# The boto3 set-up every client of this stack uses: path-style addressing, and checksums only where the
-# API requires them (recent boto3 otherwise sends trailers that S3-compatible servers may reject).
-s3_python() {
-  AWS_ACCESS_KEY_ID="$S3_ACCESS_KEY" AWS_SECRET_ACCESS_KEY="$S3_SECRET_KEY" AWS_DEFAULT_REGION="$S3_REGION" \
-    AWS_REQUEST_CHECKSUM_CALCULATION=when_required AWS_RESPONSE_CHECKSUM_VALIDATION=when_required \
-    "$PY" - "http://$HOST:$S3_PORT" "$@"
-}
-
-# An authenticated request, so a wrong key or a half-started server does not pass.
-s3_check() {
-  port_open "$S3_PORT" || return 1
-  s3_python <<'EOF'
+# An authenticated request (a wrong key or a half-started server does not pass), creating any of the
+# buckets named that do not exist yet: with none named, the readiness check.
+s3_buckets() {
+  env "${S3_CLIENT_ENV[@]}" "$PY" - "http://$HOST:$S3_PORT" "$@" <<'EOF'
 import sys
 
 import boto3
 from botocore.config import Config
 
-s3 = boto3.client("s3", endpoint_url=sys.argv[1], config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
-s3.list_buckets()
-EOF
-}
-
-s3_setup() {
-  s3_python "$S3_TEST_BUCKET" "$S3_MODELS_BUCKET" "$S3_MLFLOW_BUCKET" <<'EOF' || fail_service s3 "could not create the buckets"
-import sys
-
-import boto3
-from botocore.config import Config
-
-s3 = boto3.client("s3", endpoint_url=sys.argv[1], config=Config(s3={"addressing_style": "path"}))
+s3 = boto3.client(
+    "s3", endpoint_url=sys.argv[1], config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1})
+)
 existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
 for bucket in sys.argv[2:]:
     if bucket not in existing:
         s3.create_bucket(Bucket=bucket)
 EOF
 }
+
+s3_check() { port_open "$S3_PORT" && s3_buckets; }
+s3_setup() { s3_buckets "$S3_TEST_BUCKET" "$S3_MLFLOW_BUCKET" || fail_service s3 "could not create the buckets"; }
 
 s3_wait() { wait_ready s3 "$S3_TIMEOUT" s3_check; }
 s3_stop() { stop_service s3 TERM 10 group; }
