@@ -30,11 +30,10 @@ import numpy as np
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.cron import CronTrigger
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from forecaster import ModelForecast
+from forecaster import ModelForecast, retrain_trigger
 from models import Catalog, CatalogWatcher
 from prewarm import BrokerError, ConfigError, Hint, Order, PrewarmError, Settings, get_logger
 from prewarm._metrics import counter
@@ -173,10 +172,7 @@ class Runtime:
             replace_existing=True,
             next_run_time=datetime.now(UTC),
         )
-        try:
-            trigger = CronTrigger.from_crontab(self.settings.forecast.retrain_cron, timezone=UTC)
-        except ValueError as exc:
-            raise ConfigError(f"retrain_cron: {exc}", setting="PREWARM_RETRAIN_CRON") from exc
+        trigger = retrain_trigger(self.settings)
         self._scheduler.add_job(retrain_job, trigger, id=_RETRAIN_JOB, replace_existing=True)
         self._started.set()
         log.info("scheduler runtime started", extra={"nodes": len(self.core.cluster.nodes)})
