@@ -242,6 +242,8 @@ class _Round:
     mispredictions: list[tuple[str, str]] = field(default_factory=list)
     moved: set[str] = field(default_factory=set)
     wants: Mapping[str, list[_Want]] = field(default_factory=dict)
+    gains: Mapping[str, Mapping[Tier, float]] = field(default_factory=dict)
+    """Per model, ``_gains``: computed once per round, for forecast wants and ``_payers`` alike."""
 
 
 def plan_detailed(
@@ -253,8 +255,11 @@ def plan_detailed(
     config: PlannerConfig,
 ) -> Plan:
     """``plan`` with its reasoning: placements, deferred candidates and counted mispredictions."""
-    rnd = _Round(now=now, config=config, catalog=catalog, books={})
-    wants = _wants(now, forecasts, hints, catalog, config, list(cluster.nodes.values()))
+    nodes = list(cluster.nodes.values())
+    signalled = {*forecasts, *(h.model for h in hints)}
+    gains = {m: _gains(catalog[m], nodes, config) for m in signalled if m in catalog}
+    rnd = _Round(now=now, config=config, catalog=catalog, books={}, gains=gains)
+    wants = _wants(now, forecasts, hints, catalog, config, gains)
     rnd.wants = wants
     for name in sorted(cluster.nodes):
         rnd.books[name] = _open_book(cluster.nodes[name], now, config, catalog, wants)
@@ -279,10 +284,13 @@ def plan_detailed(
         )
     )
     heat = {m: f.expected_in(now, now + config.horizon_s) for m, f in forecasts.items()}
+    loads: dict[str, float] = {}
     for options in candidates:
         # The node is chosen now, against the books as earlier placements left them: chosen up front,
         # every tie went to the same node and one node held the whole catalog while the other idled.
-        _place(rnd, options[0] if len(options) == 1 else _least_loaded(rnd, options, heat))
+        chosen = options[0] if len(options) == 1 else _least_loaded(rnd, options, heat, loads)
+        _place(rnd, chosen)
+        loads.pop(chosen.node, None)  # only that node's book changed
     soon = now + config.window_s
     wanted = sorted(m for m, ws in wants.items() if any(w.t0 <= soon for w in ws))
     _cool_down(rnd, forecasts, hints, wanted)
@@ -300,7 +308,7 @@ def _wants(
     hints: Sequence[Hint],
     catalog: Catalog,
     config: PlannerConfig,
-    nodes: Sequence[NodeState],
+    gains: Mapping[str, Mapping[Tier, float]],
 ) -> dict[str, list[_Want]]:
     """Every signal that a catalog model will be wanted; anything about other models is ignored."""
     wants: dict[str, list[_Want]] = {}
@@ -327,8 +335,7 @@ def _wants(
     for model, forecast in forecasts.items():
         spec = catalog.get(model)
         if spec is not None:
-            gains = _gains(spec, nodes, config)
-            wants.setdefault(model, []).extend(_forecast_wants(spec, forecast, now, config, gains))
+            wants.setdefault(model, []).extend(_forecast_wants(spec, forecast, now, config, gains[model]))
     return {m: w for m, w in wants.items() if w}
 
 
@@ -584,7 +591,7 @@ def _payers(spec: ModelSpec, wants: Sequence[_Want], rnd: _Round) -> list[_Want]
 
     if all(exempt(w) for w in wants):
         return list(wants)  # the common case: no hint to bound, no gains to compute
-    gains = _gains(spec, [b.node for b in rnd.books.values()], rnd.config)
+    gains = rnd.gains[spec.id]
     gb = spec.size_bytes / 1e9
     prices = {tier: rnd.config.price_per_gb_s.get(tier, 0.0) for tier in CACHE_TIERS}
     return [
@@ -684,19 +691,23 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
     )
 
 
-def _least_loaded(rnd: _Round, options: Sequence[_Candidate], heat: Mapping[str, float]) -> _Candidate:
+def _least_loaded(
+    rnd: _Round, options: Sequence[_Candidate], heat: Mapping[str, float], loads: dict[str, float]
+) -> _Candidate:
     """Of equally good nodes, the one whose models will draw the least GPU traffic, then the most room.
 
     Requests go to the node holding a model closest, so where a model is staged decides which GPU it
     competes for: two busy 140 GB models on one node's 160 GB take turns, each turn a reload. Load is
     the forecast's expected requests over the horizon times bytes, summed over the node's models.
+    ``loads`` keeps each node's figure between calls; the caller drops a node's once its book changes.
     """
-
-    def load(book: _Book) -> float:
-        models = {m for t in CACHE_TIERS for m in book.held[t]}
-        return sum(heat.get(m, 0.0) * rnd.catalog[m].size_bytes for m in models if m in rnd.catalog)
-
-    loads = {c.node: load(rnd.books[c.node]) for c in options}
+    for c in options:
+        if c.node not in loads:
+            book = rnd.books[c.node]
+            models = {m for t in CACHE_TIERS for m in book.held[t]}
+            loads[c.node] = sum(
+                heat.get(m, 0.0) * rnd.catalog[m].size_bytes for m in models if m in rnd.catalog
+            )
     return max(options, key=lambda c: (c.value, -loads[c.node], rnd.books[c.node].free(c.tier), c.node))
 
 
