@@ -296,3 +296,14 @@ def test_a_busy_model_is_staged_away_from_the_node_of_another_busy_one() -> None
     forecasts |= {m: flat_forecast(m, 0.02) for m in ("busy1", "busy2")}
     orders = plan(NOW, forecasts, [], cat, state(cluster("a", "b"), *reports), CONFIG)
     assert [(o.model, o.node, o.tier) for o in orders] == [("busy2", "a", Tier.L2)]
+
+
+def test_a_new_forecast_is_never_planned_from_the_windows_kept_for_the_old_one() -> None:
+    cat = catalog(spec("big", 140 * GB))
+    for surge in (NOW + 3000, NOW + 1200, NOW + 2400):
+        # The previous forecast is dropped here, so the new one may even take over its id().
+        detailed = plan_detailed(
+            NOW, {"big": surge_forecast("big", surge)}, [], cat, state(cluster("a")), CONFIG
+        )
+        [order] = [o for o in detailed.orders if o.action is OrderAction.PREFETCH]
+        assert 160 < surge - order.not_before < 300

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+import numpy as np
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scheduler_builders import GB, NOW, catalog, flat_forecast, hint, report, resident, spec, surge_forecast
 
@@ -12,6 +14,7 @@ from forecaster import ModelForecast
 from models import Catalog
 from prewarm import Hint, Order, OrderAction, OrderReason, ResidentModel, Tier
 from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, plan, plan_detailed
+from scheduler._planner import _forecast_wants, _forecast_wants_afresh
 
 TIERS = (Tier.L0, Tier.L1, Tier.L2)
 CONFIG = PlannerConfig()
@@ -180,3 +183,62 @@ def test_cascading_cold_starts_are_placed_or_queued_never_over_committed(count: 
     held: dict[Tier, dict[str, int]] = {t: {} for t in TIERS}
     apply(held, detailed.orders, cat)
     assert all(sum(held[t].values()) <= room for t in TIERS)
+
+
+@SETTINGS
+@given(worlds(), st.lists(st.sampled_from([0.0, 0.5, 20.0, 59.0, 61.0, 300.0, 4000.0]), max_size=3))
+def test_a_round_plans_the_same_whatever_rounds_ran_before_it(world: World, earlier: list[float]) -> None:
+    cat, _, state, hints, forecasts = world
+    for offset in earlier:
+        plan(NOW + offset, forecasts, hints, cat, state, CONFIG)
+    unseen = {m: replace(f) for m, f in forecasts.items()}  # equal forecasts, but new objects
+    assert plan(NOW + 30, forecasts, hints, cat, state, CONFIG) == plan(
+        NOW + 30, unseen, hints, cat, state, CONFIG
+    )
+
+
+# Just below 2**31 s a fractional start plus whole buckets crosses into coarser floats and rounds: the
+# bucket that holds now is then not the one the grid's start falls in, and kept windows cannot be used.
+ROUNDING_START = 2147483513.6357558
+
+
+@SETTINGS
+@given(
+    st.sampled_from([30, 60, 90, 300]),
+    st.lists(st.sampled_from([0.0, 0.001, 0.05, 0.3, 0.9, 0.999]), max_size=150),
+    st.sampled_from([NOW, NOW - 12.345, ROUNDING_START]),
+    st.lists(st.floats(-600.0, 9000.0), min_size=1, max_size=6),
+    # (step, window, horizon): a horizon off the step lets a later round in the same bucket see further.
+    st.sampled_from(
+        [(60.0, 600.0, 3600.0), (45.0, 300.0, 1800.0), (120.0, 600.0, 7200.0), (60.0, 600.0, 3650.0)]
+    ),
+    st.sampled_from([0.1, 0.5]),
+    st.sampled_from([None, {Tier.L1: 1e-7, Tier.L2: 1e-6}, {Tier.L2: 0.01}]),
+    st.integers(1, 140),
+)
+@example(60, [0.3] * 120, ROUNDING_START, [765.2070772], (60.0, 600.0, 3600.0), 0.1, None, 10)
+@example(30, [0.3] * 150, NOW, [0.0, 20.0], (60.0, 600.0, 3650.0), 0.1, None, 10)
+def test_windows_kept_between_rounds_are_the_windows_valued_afresh(
+    bucket_s: int,
+    probs: list[float],
+    start: float,
+    offsets: list[float],
+    grid: tuple[float, float, float],
+    quantile: float,
+    prices: dict[Tier, float] | None,
+    size_gb: int,
+) -> None:
+    forecast = ModelForecast(
+        model="m", start=start, bucket_s=bucket_s, expected=np.array(probs), p_any=np.array(probs), family="t"
+    )
+    step, window, horizon = grid
+    config = replace(CONFIG, step_s=step, window_s=window, horizon_s=horizon, arrival_quantile=quantile)
+    if prices is not None:
+        config = replace(config, price_per_gb_s=prices)
+    model = spec("m", size_gb * GB)
+    gains = {Tier.L0: 30.0 * size_gb, Tier.L1: 28.0 * size_gb, Tier.L2: 20.0 * size_gb}
+    for offset in offsets:  # one forecast object over rounds at these times, in this order
+        now = start + offset
+        assert _forecast_wants(model, forecast, now, config, gains) == _forecast_wants_afresh(
+            model, forecast, now, config, gains
+        )
