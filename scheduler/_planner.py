@@ -228,6 +228,10 @@ class _Book:
     def closest(self, model: str) -> Tier:
         return next((t for t in CACHE_TIERS if model in self.held[t]), Tier.L3)
 
+    def holds(self, model: str, tier: Tier) -> bool:
+        """Whether this node has ``model`` in ``tier`` or closer to the GPU."""
+        return self.closest(model).level <= tier.level
+
     def copy(self) -> _Book:
         # Entries are replaced, never mutated, so copying the per-tier dicts is enough.
         return _Book(self.node, self.capacity, self.unlisted, {t: dict(d) for t, d in self.held.items()})
@@ -247,6 +251,10 @@ class _Round:
     wants: Mapping[str, list[_Want]] = field(default_factory=dict)
     gains: Mapping[str, Mapping[Tier, float]] = field(default_factory=dict)
     """Per model, ``_gains``: computed once per round, for forecast wants and ``_payers`` alike."""
+
+    def held(self, model: str, tier: Tier) -> bool:
+        """Whether some node has ``model`` in ``tier`` or closer: requests go to the closest copy."""
+        return any(b.holds(model, tier) for b in self.books.values())
 
 
 def plan_detailed(
@@ -800,7 +808,7 @@ def _best_candidate(
     top = max((-c.frm.level, c.value) for c, _ in per_node)
     options = [c for c, _ in per_node if (-c.frm.level, c.value) == top]
     # Already somewhere at least as close on some node: nothing to do for this model.
-    if any(b.closest(spec.id).level <= options[0].tier.level for b in rnd.books.values()):
+    if rnd.held(spec.id, options[0].tier):
         return []
     return options
 
@@ -892,7 +900,7 @@ def _reserve(rnd: _Round, book: _Book, tier: Tier, value: float, newcomer: str) 
         spec = rnd.catalog.get(model)
         if spec is None or model == newcomer or spec.size_bytes <= reserve:
             continue
-        if any(model in b.held[t] for b in rnd.books.values() for t in CACHE_TIERS if t.level <= tier.level):
+        if rnd.held(model, tier):
             continue
         saved = _raw_lead(book.node, spec.size_bytes, lower, tier, rnd.config)
         if any(w.p * saved * spec.priority.weight > value for w in rnd.wants.get(model, []) if w.t0 <= soon):
@@ -904,12 +912,11 @@ def _make_room(book: _Book, tier: Tier, need: int, value: float, moves: list[tup
     """Free ``need`` bytes in ``tier`` by demoting residents worth less than ``value`` one tier down."""
     if book.free(tier) >= need:
         return True
-    closer = [t for t in CACHE_TIERS if t.level < tier.level]
     victims = sorted(
         (
             e
             for e in book.held[tier].values()
-            if not e.protected and e.value < value and not any(e.model in book.held[t] for t in closer)
+            if not e.protected and e.value < value and book.closest(e.model).level >= tier.level
         ),
         key=lambda e: (e.value, -e.bytes, e.model),
     )
@@ -1001,13 +1008,8 @@ def _headroom(rnd: _Round, tier: Tier, wanted: Sequence[str]) -> int:
     A model some node already holds that close is served there (requests go to the closest copy), so
     it puts no pressure on the others.
     """
-    closer = [t for t in CACHE_TIERS if t.level <= tier.level]
     return max(
-        (
-            rnd.catalog[m].size_bytes
-            for m in wanted
-            if m in rnd.catalog and not any(m in b.held[t] for b in rnd.books.values() for t in closer)
-        ),
+        (rnd.catalog[m].size_bytes for m in wanted if m in rnd.catalog and not rnd.held(m, tier)),
         default=0,
     )
 
@@ -1054,7 +1056,7 @@ def _cool_down(
                     continue
                 if entry.model in cooled or entry.model in rnd.moved or entry.model in recent:
                     continue
-                if any(entry.model in book.held[t] for t in CACHE_TIERS if t.level < tier.level):
+                if book.closest(entry.model).level < tier.level:
                     continue
                 p = forecast.p_window(now, now + config.window_s)
                 if tier is not Tier.L0 or p >= config.cool_p:
