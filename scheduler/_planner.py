@@ -189,7 +189,6 @@ class _Entry:
     bytes: int
     value: float  # what keeping it here is worth; a newcomer must be worth more to displace it
     protected: bool  # placed this round, pinned, or recently loaded/used: never a victim
-    in_catalog: bool
 
 
 class _Book:
@@ -202,14 +201,13 @@ class _Book:
         self,
         node: NodeState,
         capacity: dict[Tier, int],
-        unlisted: dict[Tier, int],
         held: dict[Tier, dict[str, _Entry]],
+        used: dict[Tier, int],
     ) -> None:
         self.node = node
         self.capacity = capacity
-        self.unlisted = unlisted
         self.held = held
-        self._used = {t: unlisted[t] + sum(e.bytes for e in held[t].values()) for t in CACHE_TIERS}
+        self._used = used  # the entries' bytes, and bytes the node reports in use but does not list
 
     def free(self, tier: Tier) -> int:
         return self.capacity[tier] - self._used[tier]
@@ -234,7 +232,7 @@ class _Book:
 
     def copy(self) -> _Book:
         # Entries are replaced, never mutated, so copying the per-tier dicts is enough.
-        return _Book(self.node, self.capacity, self.unlisted, {t: dict(d) for t, d in self.held.items()})
+        return _Book(self.node, self.capacity, {t: dict(d) for t, d in self.held.items()}, dict(self._used))
 
 
 @dataclass
@@ -242,15 +240,15 @@ class _Round:
     now: float
     config: PlannerConfig
     catalog: Catalog
-    books: dict[str, _Book]
+    wants: Mapping[str, list[_Want]]
+    gains: Mapping[str, Mapping[Tier, float]]
+    """Per model, ``_gains``: computed once per round, for forecast wants and ``_payers`` alike."""
+    books: dict[str, _Book] = field(default_factory=dict)
     orders: list[Order] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
     deferred: list[Placement] = field(default_factory=list)
     mispredictions: list[tuple[str, str]] = field(default_factory=list)
     moved: set[str] = field(default_factory=set)
-    wants: Mapping[str, list[_Want]] = field(default_factory=dict)
-    gains: Mapping[str, Mapping[Tier, float]] = field(default_factory=dict)
-    """Per model, ``_gains``: computed once per round, for forecast wants and ``_payers`` alike."""
 
     def held(self, model: str, tier: Tier) -> bool:
         """Whether some node has ``model`` in ``tier`` or closer: requests go to the closest copy."""
@@ -269,13 +267,12 @@ def plan_detailed(
     nodes = list(cluster.nodes.values())
     signalled = {*forecasts, *(h.model for h in hints)}
     gains = {m: _gains(catalog[m], nodes, config) for m in signalled if m in catalog}
-    rnd = _Round(now=now, config=config, catalog=catalog, books={}, gains=gains)
     wants = _wants(now, forecasts, hints, catalog, config, gains)
-    rnd.wants = wants
+    rnd = _Round(now=now, config=config, catalog=catalog, wants=wants, gains=gains)
     for name in sorted(cluster.nodes):
-        rnd.books[name] = _open_book(cluster.nodes[name], now, config, catalog, wants)
+        rnd.books[name] = _open_book(rnd, cluster.nodes[name])
     _book_pending(rnd, cluster)
-    _evict_mispredictions(rnd, wants)
+    _evict_mispredictions(rnd)
     cooling = _cooldowns(cluster, now, config) | set(rnd.mispredictions)
 
     candidates = []
@@ -631,9 +628,8 @@ def _keep_value(
     return best
 
 
-def _open_book(
-    node: NodeState, now: float, config: PlannerConfig, catalog: Catalog, wants: Mapping[str, list[_Want]]
-) -> _Book:
+def _open_book(rnd: _Round, node: NodeState) -> _Book:
+    now, config, catalog, wants = rnd.now, rnd.config, rnd.catalog, rnd.wants
     held: dict[Tier, dict[str, _Entry]] = {t: {} for t in CACHE_TIERS}
     for tier in CACHE_TIERS:
         for r in node.residents(tier):
@@ -651,13 +647,12 @@ def _open_book(
                 bytes=r.bytes,
                 value=value,
                 protected=_protected(r, now, config) or not in_catalog,
-                in_catalog=in_catalog,
             )
     return _Book(
         node=node,
         capacity={t: node.capacity.get(t, 0) for t in CACHE_TIERS},
-        unlisted={t: node.unlisted.get(t, 0) for t in CACHE_TIERS},
         held=held,
+        used={t: node.unlisted.get(t, 0) + sum(e.bytes for e in held[t].values()) for t in CACHE_TIERS},
     )
 
 
@@ -678,7 +673,7 @@ def _book_pending(rnd: _Round, cluster: ClusterState) -> None:
         if order.action is OrderAction.PREFETCH:
             for tier in CACHE_TIERS:
                 if order.tier.level <= tier.level and order.model not in book.held[tier]:
-                    book.put(tier, order.model, _Entry(order.model, spec.size_bytes, _INF, True, True))
+                    book.put(tier, order.model, _Entry(order.model, spec.size_bytes, _INF, True))
         elif order.action is OrderAction.DEMOTE:
             entry = book.drop(order.tier.closer(), order.model)
             if entry is not None and order.tier in CACHE_TIERS and order.model not in book.held[order.tier]:
@@ -697,8 +692,8 @@ def _cooldowns(cluster: ClusterState, now: float, config: PlannerConfig) -> set[
     }
 
 
-def _evict_mispredictions(rnd: _Round, wants: Mapping[str, list[_Want]]) -> None:
-    now, config = rnd.now, rnd.config
+def _evict_mispredictions(rnd: _Round) -> None:
+    now, config, wants = rnd.now, rnd.config, rnd.wants
     for name, book in rnd.books.items():
         for tier in (Tier.L0, Tier.L1):
             for r in book.node.residents(tier):
@@ -821,14 +816,9 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
     book = rnd.books[cand.node]
     spec = cand.spec
     value = _INF if cand.want.demand else cand.value
-    if spec.id in rnd.moved:
-        # Demoted this round to make room for something worth more: fetching it back now would thrash.
-        rnd.deferred.append(
-            Placement(spec.id, cand.node, cand.tier, cand.want.reason, cand.not_before, cand.want.t1, value)
-        )
-        return
-    # Try the target, then each tier one step farther that is still closer than where the model is.
-    tier: Tier | None = cand.tier
+    # Try the target, then each tier one step farther that is still closer than where the model is; none
+    # for a model demoted this round to make room for something worth more: fetching it back would thrash.
+    tier: Tier | None = None if spec.id in rnd.moved else cand.tier
     while tier is not None and tier.level < cand.frm.level:
         trial = book.copy()
         moves: list[tuple[str, Tier, Tier]] = []
@@ -843,7 +833,7 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
             fits = trial.free(Tier.L0) - spec.size_bytes >= _reserve(rnd, trial, Tier.L0, last_hop, spec.id)
         if fits:
             for t in path:
-                trial.put(t, spec.id, _Entry(spec.id, spec.size_bytes, value, True, True))
+                trial.put(t, spec.id, _Entry(spec.id, spec.size_bytes, value, True))
             rnd.books[cand.node] = trial
             _emit_placement(rnd, cand, tier, moves)
             return
@@ -856,9 +846,8 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
             and _net(spec, cand.want, book.node, cand.frm, tier, rnd.config) <= 0
         ):
             tier = None
-    deadline = cand.want.t1
     rnd.deferred.append(
-        Placement(spec.id, cand.node, cand.tier, cand.want.reason, cand.not_before, deadline, value)
+        Placement(spec.id, cand.node, cand.tier, cand.want.reason, cand.not_before, cand.want.t1, value)
     )
 
 
