@@ -291,12 +291,17 @@ def plan_detailed(
             cs[0].spec.id,
         )
     )
-    heat = {m: f.expected_in(now, now + config.horizon_s) for m, f in forecasts.items()}
+    # Expected requests over the horizon times bytes: what a model adds to its node's load.
+    traffic = {
+        m: f.expected_in(now, now + config.horizon_s) * catalog[m].size_bytes
+        for m, f in forecasts.items()
+        if m in catalog
+    }
     loads: dict[str, float] = {}
     for options in candidates:
         # The node is chosen now, against the books as earlier placements left them: chosen up front,
         # every tie went to the same node and one node held the whole catalog while the other idled.
-        chosen = options[0] if len(options) == 1 else _least_loaded(rnd, options, heat, loads)
+        chosen = options[0] if len(options) == 1 else _least_loaded(rnd, options, traffic, loads)
         _place(rnd, chosen)
         loads.pop(chosen.node, None)  # only that node's book changed
     soon = now + config.window_s
@@ -852,7 +857,7 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
 
 
 def _least_loaded(
-    rnd: _Round, options: Sequence[_Candidate], heat: Mapping[str, float], loads: dict[str, float]
+    rnd: _Round, options: Sequence[_Candidate], traffic: Mapping[str, float], loads: dict[str, float]
 ) -> _Candidate:
     """Of equally good nodes, the one whose models will draw the least GPU traffic, then the most room.
 
@@ -865,9 +870,7 @@ def _least_loaded(
         if c.node not in loads:
             book = rnd.books[c.node]
             models = {m for t in CACHE_TIERS for m in book.held[t]}
-            loads[c.node] = sum(
-                heat.get(m, 0.0) * rnd.catalog[m].size_bytes for m in models if m in rnd.catalog
-            )
+            loads[c.node] = sum(traffic.get(m, 0.0) for m in models)
     return max(options, key=lambda c: (c.value, -loads[c.node], rnd.books[c.node].free(c.tier), c.node))
 
 
