@@ -20,8 +20,8 @@ from executor._hostmem import host_buffer, populate
 from executor._l1 import ModelKey
 from executor._l2 import round_up
 from executor._safetensors import Layout
-from executor._tier import PlacementFailed, TierCache
-from prewarm import ExecutorSettings, Tier
+from executor._tier import TierCache
+from prewarm import ExecutorSettings, PlacementFailed, Tier
 
 __all__ = ["DeviceModel", "L0Cache", "l0_capacity", "resolve_device"]
 

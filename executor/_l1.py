@@ -21,8 +21,8 @@ import torch
 from executor._hostmem import host_buffer, populate
 from executor._l2 import ALIGN, round_up
 from executor._safetensors import Layout
-from executor._tier import PlacementFailed, TierCache
-from prewarm import Tier
+from executor._tier import TierCache
+from prewarm import PlacementFailed, Tier
 
 __all__ = ["HostBlock", "HostPool", "L1Cache", "ModelKey", "RangeAllocator"]
 

@@ -16,16 +16,12 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from executor import _metrics
-from prewarm import CapacityError, Tier
+from prewarm import CapacityError, PlacementFailed, Tier
 
-__all__ = ["Entry", "PlacementFailed", "TierCache", "choose_victims"]
+__all__ = ["Entry", "TierCache", "choose_victims"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-
-
-class PlacementFailed(Exception):
-    """``place`` found no room (fragmentation, device OOM) although the byte budget allowed it."""
 
 
 @dataclass

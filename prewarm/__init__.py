@@ -9,9 +9,11 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from prewarm._exceptions import (
+    AccessDenied,
     BrokerError,
     CapacityError,
     ConfigError,
+    Forbidden,
     ForecastError,
     IntegrityError,
     InvalidEvent,
@@ -19,16 +21,19 @@ from prewarm._exceptions import (
     InvalidInput,
     InvalidWeights,
     ObjectStoreError,
+    PlacementFailed,
     PrewarmError,
     ServiceError,
     StorageError,
     TrackingError,
+    Unauthorized,
     UnknownModel,
 )
 from prewarm._ids import MAX_MODEL_ID_LENGTH, ModelId, validate_model_id
 from prewarm._logging import configure_logging, get_logger
 from prewarm._schemas import (
     CACHE_TIERS,
+    DEMAND_SOURCE,
     EVENT_MAX_BYTES,
     HOP_INTO,
     ExecutorState,
@@ -66,9 +71,11 @@ except PackageNotFoundError:  # running from a source tree without an install
 
 __all__ = [
     "CACHE_TIERS",
+    "DEMAND_SOURCE",
     "EVENT_MAX_BYTES",
     "HOP_INTO",
     "MAX_MODEL_ID_LENGTH",
+    "AccessDenied",
     "BrokerError",
     "ByteRate",
     "Bytes",
@@ -77,6 +84,7 @@ __all__ = [
     "CoreSettings",
     "ExecutorSettings",
     "ExecutorState",
+    "Forbidden",
     "ForecastError",
     "ForecastSettings",
     "Hint",
@@ -94,6 +102,7 @@ __all__ = [
     "OrderOutcome",
     "OrderReason",
     "OrderStatus",
+    "PlacementFailed",
     "PrewarmError",
     "RequestEvent",
     "ResidentModel",
@@ -106,6 +115,7 @@ __all__ = [
     "Tier",
     "TierState",
     "TrackingError",
+    "Unauthorized",
     "UnknownModel",
     "__version__",
     "configure_logging",

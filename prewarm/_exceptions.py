@@ -13,7 +13,11 @@
     ├── ServiceError                a remote service failed; ``transient`` says whether a retry can help
     │   ├── BrokerError             Kafka
     │   └── TrackingError           MLflow
+    ├── AccessDenied                a caller of an HTTP API may not do what it asked
+    │   ├── Unauthorized            no credentials were presented (HTTP 401)
+    │   └── Forbidden               the credentials are wrong or do not allow this (HTTP 403)
     ├── CapacityError               a tier cannot hold what was asked, even after demotion
+    │   └── PlacementFailed         the budget allows it but no room is free in one piece (executor)
     └── ForecastError               a forecast model could not be fitted or loaded
 
 Library errors (botocore, kafka-python, MLflow, SQLAlchemy) are translated into these where they enter
@@ -23,9 +27,11 @@ our code, with ``raise ... from exc``, so callers never see a third-party type.
 from __future__ import annotations
 
 __all__ = [
+    "AccessDenied",
     "BrokerError",
     "CapacityError",
     "ConfigError",
+    "Forbidden",
     "ForecastError",
     "IntegrityError",
     "InvalidEvent",
@@ -33,10 +39,12 @@ __all__ = [
     "InvalidInput",
     "InvalidWeights",
     "ObjectStoreError",
+    "PlacementFailed",
     "PrewarmError",
     "ServiceError",
     "StorageError",
     "TrackingError",
+    "Unauthorized",
     "UnknownModel",
 ]
 
@@ -116,8 +124,25 @@ class TrackingError(ServiceError):
     """The MLflow tracking server or registry failed."""
 
 
+class AccessDenied(PrewarmError):
+    """A caller of one of prewarm's HTTP APIs may not do what it asked."""
+
+
+class Unauthorized(AccessDenied):
+    """No bearer token was presented (HTTP 401)."""
+
+
+class Forbidden(AccessDenied):
+    """A token was presented but is wrong or does not allow this (HTTP 403)."""
+
+
 class CapacityError(PrewarmError):
     """A tier cannot hold the requested bytes even after demoting what may be demoted."""
+
+
+class PlacementFailed(CapacityError):
+    """A tier's allocator found no room in one piece (fragmentation, device OOM) although the byte budget
+    allowed the entry: the tier gives up its least recently used entry and tries again."""
 
 
 class ForecastError(PrewarmError):

@@ -19,6 +19,7 @@ from prewarm._ids import ModelId
 
 __all__ = [
     "CACHE_TIERS",
+    "DEMAND_SOURCE",
     "EVENT_MAX_BYTES",
     "HOP_INTO",
     "ExecutorState",
@@ -149,6 +150,10 @@ def parse_request_event(raw: bytes) -> RequestEvent:
 # ---------------------------------------------------------------- hint (product page -> scheduler)
 
 
+# A hint from this source means a request is waiting now: it pre-empts every speculative prefetch.
+DEMAND_SOURCE = "demand"
+
+
 class Hint(_Wire):
     """A business hint: the model will probably be wanted ``eta_s`` seconds from now."""
 
@@ -162,13 +167,17 @@ class Hint(_Wire):
     source: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")] = "api"
     received_at: float | None = Field(default=None, description="set by the scheduler, epoch seconds")
 
-    @property
-    def expected_at(self) -> float:
-        return (self.received_at or 0.0) + self.eta_s
+    def expected_at(self, now: float) -> float:
+        """When the model is expected. A hint not stamped with ``received_at`` yet counts from when it
+        is received, which for whoever holds it unstamped is ``now``."""
+        return (self.received_at if self.received_at is not None else now) + self.eta_s
 
-    @property
-    def expires_at(self) -> float:
-        return self.expected_at + self.ttl_s
+    def expires_at(self, now: float) -> float:
+        return self.expected_at(now) + self.ttl_s
+
+    def live(self, now: float) -> bool:
+        """Whether the hint still covers some time after ``now``."""
+        return self.expires_at(now) > now
 
 
 # ---------------------------------------------------------------- orders (scheduler -> executor)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from prewarm import DEMAND_SOURCE
 from scheduler._cluster import Cluster, ClusterState, NodeSpec, NodeState
-from scheduler._planner import DEMAND_SOURCE, Placement, Plan, PlannerConfig, order_id, plan, plan_detailed
+from scheduler._planner import Placement, Plan, PlannerConfig, order_id, plan, plan_detailed
 
 if TYPE_CHECKING:
     from scheduler._api import create_app

@@ -21,9 +21,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from prewarm import Hint, SchedulerSettings, UnknownModel, __version__, get_logger
+from prewarm import Forbidden, Hint, SchedulerSettings, Unauthorized, UnknownModel, __version__, get_logger
 from prewarm._metrics import counter, render
-from scheduler._auth import Authenticator, Forbidden, RateLimiter, Unauthorized
+from scheduler._auth import Authenticator, RateLimiter
 from scheduler._core import SchedulerCore
 
 __all__ = ["create_app"]

@@ -13,18 +13,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prewarm import ConfigError
-from scheduler._planner import DEMAND_SOURCE
+from prewarm import DEMAND_SOURCE, ConfigError, Forbidden, Unauthorized
 
-__all__ = ["Authenticator", "Forbidden", "Principal", "RateLimiter", "Unauthorized", "parse_token_spec"]
-
-
-class Unauthorized(Exception):
-    """No bearer token was presented (HTTP 401)."""
-
-
-class Forbidden(Exception):
-    """A token was presented but is wrong or does not allow this (HTTP 403)."""
+__all__ = ["Authenticator", "Principal", "RateLimiter", "parse_token_spec"]
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ class SchedulerCore:
         now = self._clock()
         stamped = hint.model_copy(update={"received_at": now})
         with self._lock:
-            self._hints = [h for h in self._hints if h.expires_at > now]
+            self._hints = [h for h in self._hints if h.live(now)]
             if len(self._hints) >= self._max_hints:
                 self._hints.pop(0)  # the oldest goes first: a flood cannot grow memory without bound
             self._hints.append(stamped)
@@ -119,7 +119,7 @@ class SchedulerCore:
             known = {(h.model, h.source, h.received_at) for h in self._hints}
             for hint in hints:
                 fresh = (hint.model, hint.source, hint.received_at) not in known
-                if fresh and hint.expires_at > now and hint.model in self.catalog:
+                if fresh and hint.live(now) and hint.model in self.catalog:
                     self._hints.append(hint)
             for order in orders:
                 self._known.setdefault(order.id, _Known(order, settled=False))
@@ -157,8 +157,8 @@ class SchedulerCore:
     def _replan_locked(self, now: float) -> list[Order]:
         started = time.perf_counter()
         self._settle(now)
-        hints = [h for h in (*self._hints, *self._demand) if h.expires_at > now]
-        _HINTS_ACTIVE.set(sum(1 for h in self._hints if h.expires_at > now))
+        hints = [h for h in (*self._hints, *self._demand) if h.live(now)]
+        _HINTS_ACTIVE.set(sum(1 for h in self._hints if h.live(now)))
         pending = [k.order for k in self._known.values() if not k.settled and k.order.deadline > now]
         recent = [k.order for k in self._known.values()]
         state = ClusterState.merge(self.cluster, self._reports, pending=pending, recent=recent)
@@ -190,7 +190,7 @@ class SchedulerCore:
     def hints(self) -> list[Hint]:
         now = self._clock()
         with self._lock:
-            return [h for h in self._hints if h.expires_at > now]
+            return [h for h in self._hints if h.live(now)]
 
     def plan_view(self) -> dict[str, Any]:
         with self._lock:
@@ -226,9 +226,7 @@ class SchedulerCore:
                     "expected_next_window": forecast.expected_in(now, now + window),
                 },
                 "tiers": {node: tier for node, tier in self._tiers_locked().get(model, {}).items()},
-                "hints": [
-                    h.model_dump(mode="json") for h in self._hints if h.model == model and h.expires_at > now
-                ],
+                "hints": [h.model_dump(mode="json") for h in self._hints if h.model == model and h.live(now)],
                 "recent_orders": [
                     k.order.model_dump(mode="json")
                     for k in sorted(self._known.values(), key=lambda k: k.order.created_at)

@@ -46,11 +46,20 @@ import numpy.typing as npt
 
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec
-from prewarm import CACHE_TIERS, Hint, Order, OrderAction, OrderReason, ResidentModel, SchedulerSettings, Tier
+from prewarm import (
+    CACHE_TIERS,
+    DEMAND_SOURCE,
+    Hint,
+    Order,
+    OrderAction,
+    OrderReason,
+    ResidentModel,
+    SchedulerSettings,
+    Tier,
+)
 from scheduler._cluster import ClusterState, NodeState
 
 __all__ = [
-    "DEMAND_SOURCE",
     "Placement",
     "Plan",
     "PlannerConfig",
@@ -59,8 +68,6 @@ __all__ = [
     "plan_detailed",
 ]
 
-# A hint from this source means a request is waiting now: it pre-empts every speculative prefetch.
-DEMAND_SOURCE = "demand"
 _INF = math.inf
 
 
@@ -328,9 +335,7 @@ def _wants(
     for hint in hints:
         if hint.model not in catalog:
             continue
-        received = hint.received_at if hint.received_at is not None else now
-        expected = received + hint.eta_s
-        expires = expected + hint.ttl_s
+        expected, expires = hint.expected_at(now), hint.expires_at(now)
         if expires <= now:
             continue
         demand = hint.source == DEMAND_SOURCE

@@ -217,7 +217,7 @@ class Runtime:
             self._scheduler.add_job(
                 forget_hint_job,
                 "date",
-                run_date=datetime.fromtimestamp(hint.expires_at, UTC),
+                run_date=datetime.fromtimestamp(hint.expires_at(time.time()), UTC),
                 args=[text],
                 id=f"hint:{hashlib.sha256(text.encode()).hexdigest()[:32]}",
                 replace_existing=True,

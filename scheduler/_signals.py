@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from forecaster import ModelForecast
-from prewarm import Hint
-from scheduler._planner import DEMAND_SOURCE
+from prewarm import DEMAND_SOURCE, Hint
 
 __all__ = ["demand_hints", "rate_forecasts"]
 

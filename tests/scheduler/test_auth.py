@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from prewarm import ConfigError
-from scheduler._auth import Authenticator, Forbidden, RateLimiter, Unauthorized
+from prewarm import ConfigError, Forbidden, Unauthorized
+from scheduler._auth import Authenticator, RateLimiter
 
 
 def test_tokens_can_come_from_a_file(tmp_path: Path) -> None:
