@@ -75,6 +75,7 @@ from prewarm import (
     Settings,
     Tier,
     TierState,
+    admit,
     get_logger,
 )
 
@@ -586,7 +587,10 @@ class Executor:
             return False
         try:
             assert device_model.layout is not None  # committed entries have one
-            block = self.l1.reserve(key, device_model.buffer.numel(), prefetched=not demand)
+            # A copy written down is the same bet as the copy it came from, not a new one: a model that
+            # served requests from L0 and is demoted to make room must not be counted as mispredicted.
+            prefetched = not demand and self.l0.cache.unused_prefetch(key)
+            block = self.l1.reserve(key, device_model.buffer.numel(), prefetched=prefetched)
             try:
                 with hops.hop("L0->L1"):
                     size = device_model.buffer.numel()
@@ -737,36 +741,26 @@ class Executor:
         return outcome
 
     def _apply(self, order: Order, now: float) -> tuple[OrderStatus, str, Tier | None]:
-        if order.node != self.settings.node_name:
-            return (
-                OrderStatus.FAILED,
-                f"order is for node {order.node}, this is {self.settings.node_name}",
-                None,
-            )
-        if now > order.deadline:
-            return (
-                OrderStatus.EXPIRED,
-                f"deadline passed {now - order.deadline:.1f}s before it was applied",
-                None,
-            )
+        spec = self._catalog.get(order.model)
+        refused = admit(
+            order,
+            now,
+            node=self.settings.node_name,
+            catalog_version=spec.version if spec is not None else None,
+            catalog_sha256=spec.sha256 if spec is not None else None,
+        )
+        if refused is not None:
+            return refused.status, refused.detail, None
         if order.action is OrderAction.EVICT:
             dropped = self.evict(order.model, order.tier)
             return OrderStatus.DONE, "dropped from " + (",".join(t.value for t in dropped) or "nothing"), None
-        spec = self._catalog[order.model]
-        if spec.version != order.version or (order.sha256 and order.sha256 != spec.sha256):
-            return (
-                OrderStatus.FAILED,
-                f"order is for version {order.version}, the catalog has {spec.version}",
-                None,
-            )
-        if order.action is OrderAction.PREFETCH:
-            result = self.ensure(order.model, order.tier, demand=order.demand)
-            return OrderStatus.DONE, "", result.served_from
-        # DEMOTE: make sure the target tier holds it, then drop it from the tiers closer to the GPU.
+        # PREFETCH: the target tier holds it afterwards. DEMOTE: the same, then the copies closer to the
+        # GPU go (``prewarm.effect`` says what each order does; ``ensure`` takes the path it names).
         result = self.ensure(order.model, order.tier, demand=order.demand)
-        for closer in CACHE_TIERS:
-            if closer.level < order.tier.level:
-                self._evict_one(order.model, closer)
+        if order.action is OrderAction.DEMOTE:
+            for closer in CACHE_TIERS:
+                if closer.level < order.tier.level:
+                    self._evict_one(order.model, closer)
         return OrderStatus.DONE, "", result.served_from
 
     # ------------------------------------------------------------------ reporting

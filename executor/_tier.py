@@ -5,20 +5,21 @@ buffers) and hands this class two callbacks: ``place`` to allocate room for an e
 free it. Accounting, eviction choice, pins, the prefetch TTL and the metrics live here, so the budget
 rule is written once: ``used`` counts every entry from the moment it is reserved (before any byte
 moves), and a reservation that cannot fit after evicting every unpinned, ready entry fails with
-``CapacityError`` instead of over-committing.
+``CapacityError`` instead of over-committing. Which entries give up their room is the spine's
+``lru_victims``: the rule the planner and the simulator model.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from executor import _metrics
-from prewarm import CapacityError, PlacementFailed, Tier
+from prewarm import CapacityError, PlacementFailed, Tier, lru_victims
 
-__all__ = ["Entry", "TierCache", "choose_victims"]
+__all__ = ["Entry", "TierCache"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -39,25 +40,6 @@ class Entry(Generic[K, V]):
     @property
     def recency(self) -> float:
         return self.last_used if self.last_used is not None else self.loaded_at
-
-
-def choose_victims(entries: Iterable[Entry[K, V]], need: int, free: int) -> list[K] | None:
-    """Least recently used ready, unpinned entries whose removal frees ``need`` bytes; None if impossible.
-
-    Pure, so the eviction rule is tested without any tier: pinned entries (in use, being read) and
-    entries still loading are never chosen.
-    """
-    if need <= free:
-        return []
-    chosen: list[K] = []
-    for entry in sorted(entries, key=lambda e: e.recency):
-        if entry.pins or not entry.ready:
-            continue
-        chosen.append(entry.key)
-        free += entry.nbytes
-        if need <= free:
-            return chosen
-    return None
 
 
 class TierCache(Generic[K, V]):
@@ -100,6 +82,12 @@ class TierCache(Generic[K, V]):
                 entry.prefetched = False
             return entry.value
 
+    def unused_prefetch(self, key: K) -> bool:
+        """Whether ``key`` was brought in speculatively and nothing has used it yet."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry is not None and entry.prefetched
+
     def snapshot(self) -> list[Entry[K, V]]:
         with self._lock:
             return [Entry(**vars(e)) for e in self._entries.values()]
@@ -127,7 +115,7 @@ class TierCache(Generic[K, V]):
                     # Only reachable for an entry that is evicted but still pinned by a reader (the
                     # executor coalesces loads of one key): try again once it is released.
                     raise CapacityError(f"{self.tier}: {key!r} is still held by a reader; retry")
-                victims = choose_victims(self._entries.values(), nbytes, self.capacity - self._used)
+                victims = lru_victims(self._entries.values(), nbytes, self.capacity - self._used)
                 if victims is None:
                     raise CapacityError(
                         f"{self.tier}: {nbytes} bytes do not fit: {self.capacity - self._used} free "
@@ -153,7 +141,7 @@ class TierCache(Generic[K, V]):
                 return self._place(nbytes)
             except PlacementFailed:
                 # Room by budget but not in one piece: give up the next LRU entry and try again.
-                victims = choose_victims(self._entries.values(), 1, 0)
+                victims = lru_victims(self._entries.values(), 1, 0)
                 if not victims:
                     raise CapacityError(
                         f"{self.tier}: no contiguous room for {nbytes} bytes and nothing left to evict"

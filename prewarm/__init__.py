@@ -1,7 +1,8 @@
 """prewarm: predictive model prefetch for multi-model inference platforms.
 
 The spine every other package builds on: settings, wire schemas, the exception tree, model ids, units,
-logging and metrics. It imports none of the other packages.
+logging and metrics, and the order semantics (admission, what an order does to a node's copies, LRU
+victims) that the planner, the executor and the simulator share. It imports none of the other packages.
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ from prewarm._exceptions import (
 )
 from prewarm._ids import MAX_MODEL_ID_LENGTH, ModelId, validate_model_id
 from prewarm._logging import configure_logging, get_logger
+from prewarm._orders import (
+    Admission,
+    Effect,
+    Evictable,
+    Holding,
+    admit,
+    closest,
+    effect,
+    load_path,
+    lru_victims,
+)
 from prewarm._schemas import (
     CACHE_TIERS,
     DEMAND_SOURCE,
@@ -76,18 +88,22 @@ __all__ = [
     "HOP_INTO",
     "MAX_MODEL_ID_LENGTH",
     "AccessDenied",
+    "Admission",
     "BrokerError",
     "ByteRate",
     "Bytes",
     "CapacityError",
     "ConfigError",
     "CoreSettings",
+    "Effect",
+    "Evictable",
     "ExecutorSettings",
     "ExecutorState",
     "Forbidden",
     "ForecastError",
     "ForecastSettings",
     "Hint",
+    "Holding",
     "IngestSettings",
     "IntegrityError",
     "InvalidEvent",
@@ -118,10 +134,15 @@ __all__ = [
     "Unauthorized",
     "UnknownModel",
     "__version__",
+    "admit",
+    "closest",
     "configure_logging",
+    "effect",
     "format_bytes",
     "get_logger",
+    "load_path",
     "load_settings",
+    "lru_victims",
     "parse_byte_rate",
     "parse_bytes",
     "parse_overrides",

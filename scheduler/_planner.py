@@ -56,6 +56,8 @@ from prewarm import (
     ResidentModel,
     SchedulerSettings,
     Tier,
+    admit,
+    effect,
 )
 from scheduler._cluster import ClusterState, NodeState
 
@@ -674,24 +676,28 @@ def _protected(r: ResidentModel, now: float, config: PlannerConfig) -> bool:
 
 
 def _book_pending(rnd: _Round, cluster: ClusterState) -> None:
-    """Orders already out but not yet reflected in a report hold their bytes in this round too."""
+    """Orders already out but not yet reflected in a report hold their bytes in this round too.
+
+    Each is booked as the executor will carry it out (``prewarm.admit`` and ``prewarm.effect``): one it
+    would refuse changes nothing. A prefetch's copies are never victims this round; a demoted copy keeps
+    what it was worth where it was.
+    """
     for order in sorted(cluster.pending, key=lambda o: (o.not_before, o.id)):
         book = rnd.books.get(order.node)
         spec = rnd.catalog.get(order.model)
-        if book is None or spec is None or order.deadline <= rnd.now:
+        if book is None or spec is None:
             continue
-        if order.action is OrderAction.PREFETCH:
-            for tier in CACHE_TIERS:
-                if order.tier.level <= tier.level and order.model not in book.held[tier]:
-                    book.put(tier, order.model, _Entry(order.model, spec.size_bytes, _INF, True))
-        elif order.action is OrderAction.DEMOTE:
-            entry = book.drop(order.tier.closer(), order.model)
-            if entry is not None and order.tier in CACHE_TIERS and order.model not in book.held[order.tier]:
-                book.put(order.tier, order.model, entry)
-        else:
-            for tier in CACHE_TIERS:
-                if tier.level <= order.tier.level:
-                    book.drop(tier, order.model)
+        if admit(order, rnd.now, node=order.node, catalog_version=spec.version, catalog_sha256=spec.sha256):
+            continue
+        held = [t for t in CACHE_TIERS if order.model in book.held[t]]
+        change = effect(order.action, order.tier, held)
+        moved = next((book.held[t][order.model] for t in held), None)
+        if order.action is OrderAction.PREFETCH or moved is None:
+            moved = _Entry(order.model, spec.size_bytes, _INF, True)
+        for tier in change.fills:
+            book.put(tier, order.model, moved)
+        for tier in change.drops:
+            book.drop(tier, order.model)
 
 
 def _cooldowns(cluster: ClusterState, now: float, config: PlannerConfig) -> set[tuple[str, str]]:

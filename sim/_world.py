@@ -1,10 +1,11 @@
 """The simulated cluster: bytes per tier per node, transfers that take the time their size and the
 node's bandwidth say, and requests that wait for whatever is not yet in GPU memory.
 
-It plays the executor's part for the real scheduler: it applies orders exactly as ``Executor.apply``
-would (prefetch along the path, demote one tier down, evict a tier and everything closer), makes room the
-way an executor's own LRU would when an order does not fit (and counts those bytes: the plan's
-over-commit), and reports an ``ExecutorState`` per node.
+It plays the executor's part for the real scheduler, by the executor's own rules from the spine: which
+orders it carries out (``prewarm.admit``), what each does to a model's copies (``prewarm.effect``), and
+which copies a full tier gives up (``prewarm.lru_victims``: least recently used, never one still
+loading, dropped rather than demoted because a copy's farther tiers still hold it). The bytes an order
+makes the LRU give up are the plan's over-commit. It reports an ``ExecutorState`` per node.
 Time only moves when the driver says so.
 """
 
@@ -18,13 +19,17 @@ from prewarm import (
     CACHE_TIERS,
     HOP_INTO,
     ExecutorState,
+    Holding,
     Order,
-    OrderAction,
     OrderOutcome,
     OrderStatus,
     ResidentModel,
     Tier,
     TierState,
+    admit,
+    effect,
+    load_path,
+    lru_victims,
 )
 from scheduler import Cluster
 
@@ -39,8 +44,7 @@ class _Copy:
     ready_at: float  # in transit until then; its bytes are held from the start
     loaded_at: float
     last_used: float | None = None
-    prefetched: bool = False
-    used_since_prefetch: bool = False
+    prefetched: bool = False  # brought in speculatively, unused so far (every copy a prefetch reserved)
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,9 @@ class SimNode:
     bytes_moved: int = 0
     mispredictions: int = 0
     prefetches: int = 0
-    lru_displaced: int = 0  # bytes ``_room`` moved aside to fit a load or a demotion, whoever asked
-    over_commit: int = 0  # of those, bytes moved aside to apply an order (see ``World.apply``)
+    lru_displaced: int = 0  # bytes ``_room`` dropped to fit a load or a demotion, whoever asked
+    over_commit: int = 0  # of those, bytes dropped to apply an order (see ``World.apply``)
+    _bets: dict[str, int] = field(default_factory=dict)  # prefetches per model not yet used nor counted
 
     def used(self, tier: Tier) -> int:
         return sum(c.bytes for c in self.held[tier].values())
@@ -83,37 +88,35 @@ class SimNode:
 
     # ------------------------------------------------------------------ moving bytes
 
-    def _room(self, tier: Tier, need: int, now: float, keep: str) -> bool:
-        """Demote least-recently-used settled copies one tier down until ``need`` bytes are free."""
+    def held_tiers(self, model: str) -> list[Tier]:
+        return [t for t in CACHE_TIERS if model in self.held[t]]
+
+    def _room(self, tier: Tier, need: int, now: float) -> bool:
+        """Drop the copies ``prewarm.lru_victims`` names until ``need`` bytes of ``tier`` are free."""
         if need > self.capacity[tier]:
             return False
-        victims = sorted(
-            (
-                (c.last_used or c.loaded_at, model)
-                for model, c in self.held[tier].items()
-                if model != keep and c.ready_at <= now
-            ),
+        residents = (
+            Holding(model, c.bytes, c.last_used or c.loaded_at, ready=c.ready_at <= now)
+            for model, c in self.held[tier].items()
         )
-        for _, model in victims:
-            if self.free(tier) >= need:
-                break
+        victims = lru_victims(residents, need, self.free(tier))
+        if victims is None:
+            return False
+        for model in victims:
             self.lru_displaced += self.held[tier][model].bytes
-            self._drop(tier, model, now, demote=True)
-        return self.free(tier) >= need
+            self.drop(tier, model)
+        return True
 
-    def _drop(self, tier: Tier, model: str, now: float, *, demote: bool) -> None:
-        copy = self.held[tier].pop(model)
-        self._settle_prefetch(copy)
-        lower = tier.farther()
-        fits = demote and lower in CACHE_TIERS and model not in self.held[lower]
-        if fits and self._room(lower, copy.bytes, now, keep=model):
-            self.held[lower][model] = _Copy(copy.bytes, now, now, copy.last_used)
+    def drop(self, tier: Tier, model: str) -> None:
+        self.held[tier].pop(model)
+        if not any(model in self.held[t] for t in (Tier.L0, Tier.L1)):
+            self.settle(model)
 
-    def _settle_prefetch(self, copy: _Copy) -> None:
-        """A prefetched L1/L0 copy that leaves (or the run ends) without serving a request: mispredicted."""
-        if copy.prefetched and not copy.used_since_prefetch:
-            self.mispredictions += 1
-            copy.prefetched = False
+    def settle(self, model: str) -> None:
+        """Count ``model``'s prefetches that no request used as mispredictions: called when its last
+        host or device copy leaves, and for every model at the end of a run. Once per prefetch, however
+        many tiers it reserved."""
+        self.mispredictions += self._bets.pop(model, 0)
 
     def load(self, model: str, size: int, to: Tier, start: float, *, prefetch: bool) -> float | None:
         """Bring ``model`` to ``to`` from its closest tier: when it will be ready, or None if it can't fit."""
@@ -121,33 +124,35 @@ class SimNode:
         if frm.level <= to.level:
             return self.held[frm][model].ready_at
         ready = max(start, self.held[frm][model].ready_at if frm in CACHE_TIERS else start)
-        path = [t for t in reversed(CACHE_TIERS) if to.level <= t.level < frm.level]
-        for tier in path:
-            if not self._room(tier, size, start, keep=model):
+        for tier in load_path(frm, to):
+            if not self._room(tier, size, start):
                 return None
             ready += self.hop_s(size, tier)
-            # Only the target tier's copy is the speculative one; the path below it is staging.
-            self.held[tier][model] = _Copy(size, ready, start, prefetched=prefetch and tier is to)
+            # Like the executor, every host and device copy a prefetch reserves is reported as one.
+            speculative = prefetch and tier is not Tier.L2
+            self.held[tier][model] = _Copy(size, ready, start, prefetched=speculative)
             self.bytes_moved += size
         if prefetch and to in (Tier.L0, Tier.L1):
             self.prefetches += 1
+            self._bets[model] = self._bets.get(model, 0) + 1
         return ready
 
-    def demote(self, model: str, to: Tier, now: float) -> None:
-        frm = to.closer()
-        if model in self.held[frm] and self.held[frm][model].ready_at <= now:
-            self._drop(frm, model, now, demote=to in CACHE_TIERS)
-
-    def evict(self, model: str, tier: Tier, now: float) -> None:
-        for t in CACHE_TIERS:
-            if t.level <= tier.level and model in self.held[t]:
-                self._drop(t, model, now, demote=False)
+    def write_down(self, model: str, to: Tier, now: float, *, demand: bool) -> bool:
+        """Copy ``model`` from its closest copy into the farther tier ``to``: a demotion's first half."""
+        source = self.held[self.closest(model)][model]
+        if not self._room(to, source.bytes, now):
+            return False
+        # The same bet as the copy it came from (see Executor._l0_to_l1); a disk copy is never one.
+        bet = not demand and to is not Tier.L2 and source.prefetched
+        self.held[to][model] = _Copy(source.bytes, max(now, source.ready_at), now, source.last_used, bet)
+        return True
 
     def touch(self, model: str, now: float) -> None:
         for copy in (self.held[t].get(model) for t in CACHE_TIERS):
             if copy is not None:
                 copy.last_used = now
-                copy.used_since_prefetch = True
+                copy.prefetched = False
+        self._bets.pop(model, None)
 
     def report(self, now: float) -> ExecutorState:
         tiers = [
@@ -162,7 +167,7 @@ class SimNode:
                         bytes=c.bytes,
                         last_used=c.last_used,
                         loaded_at=c.loaded_at,
-                        prefetched=c.prefetched and not c.used_since_prefetch,
+                        prefetched=c.prefetched,
                     )
                     for model, c in sorted(self.held[tier].items())
                 ],
@@ -198,30 +203,41 @@ class World:
         are the plan's over-commit: the order asked a tier for room it did not have.
         """
         node = self.nodes.get(order.node)
-        if order.id in self._applied:
-            status = OrderStatus.ALREADY
-        elif node is None or order.model not in self.catalog:
-            status = OrderStatus.FAILED
-        elif now > order.deadline:
-            status = OrderStatus.EXPIRED
+        spec = self.catalog.get(order.model)
+        refused = admit(
+            order,
+            now,
+            node=node.name if node is not None else "",
+            catalog_version=spec.version if spec is not None else None,
+            catalog_sha256=spec.sha256 if spec is not None else None,
+            seen="applied before" if order.id in self._applied else None,
+        )
+        if refused is not None or node is None:
+            status = refused.status if refused is not None else OrderStatus.FAILED
         else:
-            size = self.catalog[order.model].size_bytes
-            displaced = node.lru_displaced
-            if order.action is OrderAction.PREFETCH:
-                ok = node.load(order.model, size, order.tier, now, prefetch=not order.demand) is not None
-                node.failed_orders += 0 if ok else 1
-                status = OrderStatus.DONE if ok else OrderStatus.FAILED
-            elif order.action is OrderAction.DEMOTE:
-                node.demote(order.model, order.tier, now)
-                status = OrderStatus.DONE
-            else:
-                node.evict(order.model, order.tier, now)
-                status = OrderStatus.DONE
-            node.over_commit += node.lru_displaced - displaced
+            status = self._carry_out(node, order, now)
         self._applied.add(order.id)
         outcome = OrderOutcome(order_id=order.id, node=order.node, model=order.model, status=status, at=now)
         self.outcomes.append(outcome)
         return outcome
+
+    def _carry_out(self, node: SimNode, order: Order, now: float) -> OrderStatus:
+        model = order.model
+        change = effect(order.action, order.tier, node.held_tiers(model))
+        displaced = node.lru_displaced
+        ok = True
+        if change.fills and change.source.level > order.tier.level:
+            size = self.catalog[model].size_bytes
+            ok = node.load(model, size, order.tier, now, prefetch=not order.demand) is not None
+        elif change.fills:
+            ok = node.write_down(model, order.tier, now, demand=order.demand)
+        if ok:
+            for tier in change.drops:
+                node.drop(tier, model)
+        else:
+            node.failed_orders += 1
+        node.over_commit += node.lru_displaced - displaced
+        return OrderStatus.DONE if ok else OrderStatus.FAILED
 
     def request(self, model: str, now: float) -> Served:
         """A request arrives: route it to the node that has the model closest, load it if needed."""
@@ -257,9 +273,8 @@ class World:
     def finish(self) -> None:
         """Count prefetches still unused at the end as mispredictions."""
         for node in self.nodes.values():
-            for tier in (Tier.L0, Tier.L1):
-                for copy in node.held[tier].values():
-                    node._settle_prefetch(copy)
+            for model in list(node._bets):
+                node.settle(model)
 
     def totals(self, names: Iterable[str] = ()) -> dict[str, int]:
         nodes = [self.nodes[n] for n in names] if names else list(self.nodes.values())

@@ -17,26 +17,27 @@ from executor import FileStore
 from executor._l1 import RangeAllocator
 from executor._l3 import OnPiece
 from executor._priority import LinkGate
-from executor._tier import Entry, choose_victims
+from executor._tier import Entry
 from models import Catalog
-from prewarm import CapacityError, PrewarmError, Tier
+from prewarm import CapacityError, PrewarmError, Tier, lru_victims
 
 
 def _entry(key: str, nbytes: int, recency: float, *, pins: int = 0, ready: bool = True) -> Entry[str, None]:
     return Entry(key, nbytes, loaded_at=recency, ready=ready, pins=pins)
 
 
-def test_victims_are_least_recently_used_and_never_pinned_or_loading() -> None:
+def test_tier_entries_give_up_room_by_the_shared_lru_rule() -> None:
+    # The executor's own entries, through the spine's rule that its tiers call.
     entries = [
         _entry("pinned-old", 10, 0.0, pins=1),
         _entry("loading", 10, 1.0, ready=False),
         _entry("old", 10, 2.0),
         _entry("new", 10, 3.0),
     ]
-    assert choose_victims(entries, need=15, free=0) == ["old", "new"]
-    assert choose_victims(entries, need=5, free=0) == ["old"]
-    assert choose_victims(entries, need=5, free=5) == []
-    assert choose_victims(entries, need=25, free=0) is None
+    assert lru_victims(entries, need=15, free=0) == ["old", "new"]
+    assert lru_victims(entries, need=5, free=0) == ["old"]
+    assert lru_victims(entries, need=5, free=5) == []
+    assert lru_victims(entries, need=25, free=0) is None
 
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 50_000)), max_size=60))

@@ -156,6 +156,23 @@ def test_unused_prefetch_expires_after_ttl_but_used_one_stays(
     assert not l1["m1"].prefetched
 
 
+def test_a_demoted_copy_keeps_the_prefetch_status_of_the_copy_it_came_from(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    clock = _Clock()
+    executor = make_executor(catalog, clock=clock)
+    executor.ensure("m0", Tier.L0, demand=True)  # served a request: not a bet any more
+    executor.ensure("m1", Tier.L0)  # a prefetch nothing has used
+    # On the CPU device a load to L0 lands there alone: the demotion below writes L1 from L0.
+    assert not executor.state().tiers[1].resident
+    for model in ("m0", "m1"):
+        outcome = executor.apply(_order(model, OrderAction.DEMOTE, Tier.L1, clock.now))
+        assert outcome.status is OrderStatus.DONE
+    l1 = {r.model: r for r in executor.state().tiers[1].resident}
+    assert not l1["m0"].prefetched
+    assert l1["m1"].prefetched
+
+
 def test_evict_drops_tier_and_closer_ones(catalog: Catalog, make_executor: ExecutorFactory) -> None:
     executor = make_executor(catalog)
     executor.ensure("m0", Tier.L1)

@@ -12,7 +12,7 @@ from scheduler_builders import GB, NOW, catalog, flat_forecast, hint, report, re
 
 from forecaster import ModelForecast
 from models import Catalog
-from prewarm import Hint, Order, OrderAction, OrderReason, ResidentModel, Tier
+from prewarm import Hint, Order, OrderAction, OrderReason, ResidentModel, Tier, effect
 from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, plan, plan_detailed
 from scheduler._planner import _forecast_wants, _forecast_wants_afresh
 
@@ -23,22 +23,13 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 def apply(held: dict[Tier, dict[str, int]], orders: Sequence[Order], cat: Catalog) -> None:
-    """What an executor does with the orders, with every cache tier inclusive of the ones closer."""
+    """What an executor does with the orders: the spine's ``effect``, the rule the executor follows."""
     for order in orders:
-        size = cat[order.model].size_bytes
-        if order.action is OrderAction.PREFETCH:
-            frm = next((t for t in TIERS if order.model in held[t]), Tier.L3)
-            for t in TIERS:
-                if order.tier.level <= t.level < frm.level:
-                    held[t][order.model] = size
-        elif order.action is OrderAction.DEMOTE:
-            held[order.tier.closer()].pop(order.model, None)
-            if order.tier in TIERS:
-                held[order.tier].setdefault(order.model, size)
-        else:
-            for t in TIERS:
-                if t.level <= order.tier.level:
-                    held[t].pop(order.model, None)
+        change = effect(order.action, order.tier, [t for t in TIERS if order.model in held[t]])
+        for t in change.fills:
+            held[t][order.model] = cat[order.model].size_bytes
+        for t in change.drops:
+            held[t].pop(order.model, None)
 
 
 @st.composite

@@ -1,0 +1,195 @@
+"""What an order does to a node, written once.
+
+Three rules, each pure and each called by every party that needs it:
+
+- **admission** (``admit``): whether a node carries an order out at all — not one it has seen, not one for
+  another node, not one past its deadline, not one for a model or version its catalog does not hold;
+- **effect** (``effect``): which tiers gain a copy of the model and which lose theirs;
+- **LRU victims** (``lru_victims``): which residents a full tier gives up when a load needs room.
+
+The executor carries orders out by these rules; the planner books the orders it has published but not yet
+seen reported by the same rules; the simulator models the executor with them; and the tests check all
+three against one definition. A party with its own copy of the rules measures its copy.
+
+The executor is the reference these were taken from. A load passes through every tier between the
+closest copy and its target (``load_path``); the executor may hold less than that on the way (on a CPU
+device it reads L2 straight into L0; a model L1 cannot hold is staged to L0 through a small ring), never
+more, so a book kept by these rules never under-counts. A tier that must make room drops its least
+recently used ready, unpinned copies: they are dropped, not demoted, because tiers are inclusive — a copy
+in L0 or L1 was loaded through the tiers below it, which usually still hold it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from prewarm._schemas import CACHE_TIERS, Order, OrderAction, OrderStatus, Tier
+
+__all__ = [
+    "Admission",
+    "Effect",
+    "Evictable",
+    "Holding",
+    "admit",
+    "closest",
+    "effect",
+    "load_path",
+    "lru_victims",
+]
+
+K = TypeVar("K", bound=Hashable)
+K_co = TypeVar("K_co", bound=Hashable, covariant=True)
+
+
+# ------------------------------------------------------------------ admission
+
+
+@dataclass(frozen=True)
+class Admission:
+    """An order a node will not carry out, and why (``status`` is ALREADY, FAILED or EXPIRED)."""
+
+    status: OrderStatus
+    detail: str
+
+
+def admit(
+    order: Order,
+    now: float,
+    *,
+    node: str,
+    catalog_version: str | None,
+    catalog_sha256: str | None = None,
+    seen: str | None = None,
+) -> Admission | None:
+    """None when ``node`` carries ``order`` out at ``now``; otherwise the refusal.
+
+    ``catalog_version`` and ``catalog_sha256`` are what the node's catalog holds for ``order.model`` (None:
+    the model is unknown there). ``seen`` describes an earlier application of the same order id (None: not
+    seen). An eviction needs no catalog entry: a model dropped from the catalog can still be dropped
+    from the node.
+    """
+    if seen is not None:
+        return Admission(OrderStatus.ALREADY, seen)
+    if order.node != node:
+        return Admission(OrderStatus.FAILED, f"order is for node {order.node}, this is {node}")
+    if now > order.deadline:
+        return Admission(
+            OrderStatus.EXPIRED, f"deadline passed {now - order.deadline:.1f}s before it was applied"
+        )
+    if order.action is OrderAction.EVICT:
+        return None
+    if order.tier not in CACHE_TIERS:
+        return Admission(
+            OrderStatus.FAILED, f"a {order.action.value} targets L0, L1 or L2; L3 is where weights come from"
+        )
+    if catalog_version is None:
+        return Admission(OrderStatus.FAILED, f"unknown model {order.model!r}")
+    if catalog_version != order.version or (order.sha256 and order.sha256 != catalog_sha256):
+        return Admission(
+            OrderStatus.FAILED, f"order is for version {order.version}, the catalog has {catalog_version}"
+        )
+    return None
+
+
+# ------------------------------------------------------------------ effect
+
+
+def closest(held: Collection[Tier]) -> Tier:
+    """The tier closest to the GPU among ``held``; L3 (object storage holds every model) when none."""
+    return next((t for t in CACHE_TIERS if t in held), Tier.L3)
+
+
+def load_path(frm: Tier, to: Tier) -> tuple[Tier, ...]:
+    """The tiers a load from ``frm`` to the closer tier ``to`` fills, in the order the bytes reach them
+    (the farthest first); empty when ``to`` is not closer than ``frm``."""
+    return tuple(t for t in reversed(CACHE_TIERS) if to.level <= t.level < frm.level)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What an order does to one model's copies on a node."""
+
+    source: Tier
+    """Where the bytes of ``fills`` come from: the closest copy before the order, or L3."""
+    fills: tuple[Tier, ...]
+    """Tiers that gain a copy, in the order the bytes reach them."""
+    drops: tuple[Tier, ...]
+    """Tiers whose copy goes, closest to the GPU first."""
+
+
+def effect(action: OrderAction, tier: Tier, held: Collection[Tier]) -> Effect:
+    """How an admitted order changes the tiers that hold its model, from the tiers ``held`` now.
+
+    - PREFETCH to ``tier``: ``tier`` holds a copy afterwards. Loaded from the closest copy along
+      ``load_path`` when every copy is farther; written down from a closer copy when ``tier`` has none
+      (the planner never asks that of a prefetch, but an executor does it); nothing when it has one.
+    - DEMOTE to ``tier``: the same, then every copy closer than ``tier`` goes.
+    - EVICT at ``tier``: the copies in ``tier`` and every tier closer go (L3: every local copy).
+    """
+    source = closest(held)
+    if action is OrderAction.EVICT:
+        return Effect(source, (), tuple(t for t in CACHE_TIERS if t in held and t.level <= tier.level))
+    promote = source.level > tier.level
+    fills = load_path(source, tier) if promote else () if tier in held else (tier,)
+    if action is OrderAction.PREFETCH:
+        return Effect(source, fills, ())
+    return Effect(source, fills, tuple(t for t in CACHE_TIERS if t in held and t.level < tier.level))
+
+
+# ------------------------------------------------------------------ LRU victims
+
+
+class Evictable(Protocol[K_co]):
+    """What the LRU rule reads of a resident copy."""
+
+    @property
+    def key(self) -> K_co: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+    @property
+    def recency(self) -> float:
+        """When it was last used, or loaded if never used."""
+        ...
+
+    @property
+    def pins(self) -> int: ...
+
+    @property
+    def ready(self) -> bool:
+        """False while its bytes are still arriving."""
+        ...
+
+
+@dataclass(frozen=True)
+class Holding(Generic[K]):
+    """A plain ``Evictable``, for a caller whose copies are not one already."""
+
+    key: K
+    nbytes: int
+    recency: float
+    pins: int = 0
+    ready: bool = True
+
+
+def lru_victims(residents: Iterable[Evictable[K]], need: int, free: int) -> list[K] | None:
+    """The least recently used ready, unpinned residents whose removal frees ``need`` bytes, oldest
+    first; [] when ``free`` already suffices; None when even all of them would not.
+
+    Pinned copies (in use, being read) and copies still loading are never chosen. Equally recent copies
+    go in the order ``residents`` lists them.
+    """
+    if need <= free:
+        return []
+    chosen: list[K] = []
+    for resident in sorted(residents, key=lambda r: r.recency):
+        if resident.pins or not resident.ready:
+            continue
+        chosen.append(resident.key)
+        free += resident.nbytes
+        if need <= free:
+            return chosen
+    return None

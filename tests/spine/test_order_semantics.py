@@ -1,0 +1,142 @@
+"""The order semantics that planner, executor and simulator share: admission, effect, LRU victims."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prewarm import (
+    CACHE_TIERS,
+    Holding,
+    Order,
+    OrderAction,
+    OrderReason,
+    OrderStatus,
+    Tier,
+    admit,
+    closest,
+    effect,
+    load_path,
+    lru_victims,
+)
+
+NOW = 1_000_000.0
+
+
+def _order(action: OrderAction = OrderAction.PREFETCH, tier: Tier = Tier.L0, **kw: object) -> Order:
+    fields: dict[str, object] = {
+        "id": "o-1",
+        "node": "n0",
+        "model": "m",
+        "version": "1",
+        "sha256": "ab" * 32,
+        "action": action,
+        "tier": tier,
+        "reason": OrderReason.FORECAST,
+        "not_before": NOW,
+        "deadline": NOW + 60,
+        "created_at": NOW,
+    }
+    fields.update(kw)
+    return Order.model_validate(fields)
+
+
+def _admit(
+    order: Order,
+    now: float = NOW,
+    *,
+    catalog_version: str | None = "1",
+    catalog_sha256: str | None = "ab" * 32,
+    seen: str | None = None,
+) -> OrderStatus | None:
+    refused = admit(
+        order, now, node="n0", catalog_version=catalog_version, catalog_sha256=catalog_sha256, seen=seen
+    )
+    return refused.status if refused is not None else None
+
+
+def test_an_order_is_admitted_only_once_for_its_node_before_its_deadline() -> None:
+    assert _admit(_order()) is None
+    assert _admit(_order(), seen="applied before: done") is OrderStatus.ALREADY
+    assert _admit(_order(node="n1")) is OrderStatus.FAILED
+    assert _admit(_order(), now=NOW + 61) is OrderStatus.EXPIRED
+    assert _admit(_order(), now=NOW + 60) is None  # the deadline itself still counts
+
+
+def test_an_order_for_a_model_or_version_the_catalog_does_not_hold_fails() -> None:
+    assert _admit(_order(), catalog_version=None) is OrderStatus.FAILED
+    assert _admit(_order(), catalog_version="2") is OrderStatus.FAILED
+    assert _admit(_order(), catalog_sha256="cd" * 32) is OrderStatus.FAILED
+    assert _admit(_order(sha256=None), catalog_sha256="cd" * 32) is None  # no digest asked for
+
+
+def test_an_eviction_needs_no_catalog_entry_but_a_load_cannot_target_object_storage() -> None:
+    assert _admit(_order(OrderAction.EVICT, Tier.L1), catalog_version=None) is None
+    assert _admit(_order(OrderAction.PREFETCH, Tier.L3)) is OrderStatus.FAILED
+    assert _admit(_order(OrderAction.DEMOTE, Tier.L3)) is OrderStatus.FAILED
+
+
+def test_a_load_fills_every_tier_between_its_closest_copy_and_its_target() -> None:
+    assert load_path(Tier.L3, Tier.L0) == (Tier.L2, Tier.L1, Tier.L0)
+    assert load_path(Tier.L2, Tier.L1) == (Tier.L1,)
+    assert load_path(Tier.L1, Tier.L1) == ()
+    assert closest([Tier.L2, Tier.L1]) is Tier.L1
+    assert closest([]) is Tier.L3
+
+
+def test_each_action_changes_the_copies_as_the_executor_does() -> None:
+    prefetch = effect(OrderAction.PREFETCH, Tier.L0, [Tier.L2])
+    assert (prefetch.source, prefetch.fills, prefetch.drops) == (Tier.L2, (Tier.L1, Tier.L0), ())
+    assert effect(OrderAction.PREFETCH, Tier.L1, [Tier.L0, Tier.L1]).fills == ()
+    # Executor.ensure(L1) on a model only L0 holds copies it down.
+    assert effect(OrderAction.PREFETCH, Tier.L1, [Tier.L0]).fills == (Tier.L1,)
+    demote = effect(OrderAction.DEMOTE, Tier.L2, [Tier.L0, Tier.L1])
+    assert (demote.fills, demote.drops) == ((Tier.L2,), (Tier.L0, Tier.L1))
+    evict = effect(OrderAction.EVICT, Tier.L1, [Tier.L0, Tier.L1, Tier.L2])
+    assert (evict.fills, evict.drops) == ((), (Tier.L0, Tier.L1))
+    assert effect(OrderAction.EVICT, Tier.L3, [Tier.L2]).drops == (Tier.L2,)
+
+
+held_sets = st.sets(st.sampled_from(CACHE_TIERS))
+actions = st.sampled_from(list(OrderAction))
+
+
+@given(actions, st.sampled_from(CACHE_TIERS), held_sets)
+def test_an_order_leaves_its_model_where_its_action_says(
+    action: OrderAction, tier: Tier, held: set[Tier]
+) -> None:
+    change = effect(action, tier, held)
+    assert not set(change.fills) & held  # a copy is never filled twice
+    assert set(change.drops) <= held
+    after = (held | set(change.fills)) - set(change.drops)
+    if action is OrderAction.EVICT:
+        assert all(t.level > tier.level for t in after)
+        assert after == {t for t in held if t.level > tier.level}
+    else:
+        assert tier in after
+        if action is OrderAction.DEMOTE:
+            assert closest(after) is tier
+        else:
+            assert closest(after).level <= tier.level
+
+
+residents = st.lists(
+    st.tuples(st.integers(1, 100), st.floats(0, 1e6), st.integers(0, 1), st.booleans()), max_size=12
+)
+
+
+@given(residents, st.integers(0, 600), st.integers(0, 100))
+def test_lru_victims_free_just_enough_from_the_oldest_unpinned_ready_copies(
+    drawn: list[tuple[int, float, int, bool]], need: int, free: int
+) -> None:
+    holdings = [Holding(i, n, r, pins, ready) for i, (n, r, pins, ready) in enumerate(drawn)]
+    by_key = {h.key: h for h in holdings}
+    victims = lru_victims(holdings, need, free)
+    candidates = sorted((h for h in holdings if not h.pins and h.ready), key=lambda h: h.recency)
+    if victims is None:
+        assert free + sum(h.nbytes for h in candidates) < need
+        return
+    assert victims == [h.key for h in candidates[: len(victims)]]
+    assert free + sum(by_key[k].nbytes for k in victims) >= need
+    # Minimal: without the last one chosen it would not be enough.
+    assert not victims or free + sum(by_key[k].nbytes for k in victims[:-1]) < need
