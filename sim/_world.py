@@ -45,6 +45,7 @@ class _Copy:
     loaded_at: float
     last_used: float | None = None
     prefetched: bool = False  # brought in speculatively, unused so far (every copy a prefetch reserved)
+    bet: bool = False  # the copy a prefetch was for: leaving while still unused, it was mispredicted
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,6 @@ class SimNode:
     prefetches: int = 0
     lru_displaced: int = 0  # bytes ``_room`` dropped to fit a load or a demotion, whoever asked
     over_commit: int = 0  # of those, bytes dropped to apply an order (see ``World.apply``)
-    _bets: dict[str, int] = field(default_factory=dict)  # prefetches per model not yet used nor counted
 
     def used(self, tier: Tier) -> int:
         return sum(c.bytes for c in self.held[tier].values())
@@ -108,15 +108,14 @@ class SimNode:
         return True
 
     def drop(self, tier: Tier, model: str) -> None:
-        self.held[tier].pop(model)
-        if not any(model in self.held[t] for t in (Tier.L0, Tier.L1)):
-            self.settle(model)
+        self.settle(self.held[tier].pop(model))
 
-    def settle(self, model: str) -> None:
-        """Count ``model``'s prefetches that no request used as mispredictions: called when its last
-        host or device copy leaves, and for every model at the end of a run. Once per prefetch, however
-        many tiers it reserved."""
-        self.mispredictions += self._bets.pop(model, 0)
+    def settle(self, copy: _Copy) -> None:
+        """A prefetch whose copy leaves (or the run ends) before a request used it was mispredicted:
+        counted once, on the copy in the tier it was for, however many tiers it reserved."""
+        if copy.bet and copy.prefetched:
+            self.mispredictions += 1
+            copy.bet = False
 
     def load(self, model: str, size: int, to: Tier, start: float, *, prefetch: bool) -> float | None:
         """Bring ``model`` to ``to`` from its closest tier: when it will be ready, or None if it can't fit."""
@@ -130,11 +129,11 @@ class SimNode:
             ready += self.hop_s(size, tier)
             # Like the executor, every host and device copy a prefetch reserves is reported as one.
             speculative = prefetch and tier is not Tier.L2
-            self.held[tier][model] = _Copy(size, ready, start, prefetched=speculative)
+            bet = speculative and tier is to
+            self.held[tier][model] = _Copy(size, ready, start, prefetched=speculative, bet=bet)
             self.bytes_moved += size
         if prefetch and to in (Tier.L0, Tier.L1):
             self.prefetches += 1
-            self._bets[model] = self._bets.get(model, 0) + 1
         return ready
 
     def write_down(self, model: str, to: Tier, now: float, *, demand: bool) -> bool:
@@ -142,9 +141,10 @@ class SimNode:
         source = self.held[self.closest(model)][model]
         if not self._room(to, source.bytes, now):
             return False
-        # The same bet as the copy it came from (see Executor._l0_to_l1); a disk copy is never one.
-        bet = not demand and to is not Tier.L2 and source.prefetched
-        self.held[to][model] = _Copy(source.bytes, max(now, source.ready_at), now, source.last_used, bet)
+        # Still unused if the copy it came from was (see Executor._l0_to_l1); a disk copy never is. The
+        # bet stays on the copy it was made for, and is settled when that one leaves.
+        unused = not demand and to is not Tier.L2 and source.prefetched
+        self.held[to][model] = _Copy(source.bytes, max(now, source.ready_at), now, source.last_used, unused)
         return True
 
     def touch(self, model: str, now: float) -> None:
@@ -152,7 +152,6 @@ class SimNode:
             if copy is not None:
                 copy.last_used = now
                 copy.prefetched = False
-        self._bets.pop(model, None)
 
     def report(self, now: float) -> ExecutorState:
         tiers = [
@@ -273,8 +272,9 @@ class World:
     def finish(self) -> None:
         """Count prefetches still unused at the end as mispredictions."""
         for node in self.nodes.values():
-            for model in list(node._bets):
-                node.settle(model)
+            for tier in CACHE_TIERS:
+                for copy in node.held[tier].values():
+                    node.settle(copy)
 
     def totals(self, names: Iterable[str] = ()) -> dict[str, int]:
         nodes = [self.nodes[n] for n in names] if names else list(self.nodes.values())
