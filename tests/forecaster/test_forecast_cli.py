@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ingest._synthetic import generate
-from prewarm.cli import app
+from prewarm_cli import app
 
 AZURE_SAMPLE = (
     Path(__file__).resolve().parents[3] / "shared" / "data" / "azure-format-samples" / "invocations.csv"

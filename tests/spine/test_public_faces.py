@@ -200,7 +200,7 @@ LIGHT = {
     ),
     # A GPU node never loads the control plane; boto3 only when an s3:// store is opened.
     "executor": (
-        "import executor, executor._executor, prewarm.cli._executor",
+        "import executor, executor._executor, prewarm_cli._executor",
         {"pandas", "statsmodels", "mlflow", "sqlalchemy", "sklearn", "boto3"},
     ),
     # The planner alone loads no web or broker library.

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prewarm import ConfigError, load_settings, parse_byte_rate, parse_bytes
-from prewarm.cli import app
+from prewarm_cli import app
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from prewarm.cli._common import catalog_path, settings_of
-from prewarm.cli._executor import app
+from prewarm_cli._common import catalog_path, settings_of
+from prewarm_cli._executor import app
 
 __all__ = ["run"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from prewarm.cli._common import app_group, bench_app, catalog_path, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, catalog_path, settings_of, write_json
 
 app = app_group("The scheduler: planning loop, hint API and order publishing.")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from prewarm.cli._common import app_group, bench_app, catalog_path, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, catalog_path, settings_of, write_json
 
 if TYPE_CHECKING:
     from executor import Executor

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import typer
 
 from prewarm._exceptions import InvalidInput
-from prewarm.cli._common import app_group, bench_app, parse_time, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, parse_time, settings_of, write_json
 
 app = app_group("Train, inspect and backtest the per-model demand forecasters.")
 

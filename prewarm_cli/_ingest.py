@@ -19,7 +19,7 @@ import typer
 
 from prewarm._exceptions import InvalidInput
 from prewarm._logging import get_logger
-from prewarm.cli._common import app_group, bench_app, parse_time, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, parse_time, settings_of, write_json
 
 app = app_group("Ingest gateway request logs from Kafka into per-model per-minute demand.")
 log = get_logger("prewarm.cli.ingest")
