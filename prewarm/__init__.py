@@ -31,6 +31,7 @@ from prewarm._exceptions import (
 )
 from prewarm._ids import MAX_MODEL_ID_LENGTH, ModelId, validate_model_id
 from prewarm._logging import configure_logging, get_logger
+from prewarm._metrics import REGISTRY
 from prewarm._schemas import (
     CACHE_TIERS,
     DEMAND_SOURCE,
@@ -75,6 +76,7 @@ __all__ = [
     "EVENT_MAX_BYTES",
     "HOP_INTO",
     "MAX_MODEL_ID_LENGTH",
+    "REGISTRY",
     "AccessDenied",
     "BrokerError",
     "ByteRate",

@@ -118,7 +118,7 @@ def bench_load(
     json_out: Path | None = _JSON,
 ) -> None:
     """L2->L1, L1->L0, L2->L0 and L3->L1 against raw reads, safetensors and boto3 in the same run."""
-    from executor._bench import run_load_benchmark
+    from executor import run_load_benchmark
     from prewarm import parse_bytes
 
     try:

@@ -29,8 +29,7 @@ def run(
     ),
 ) -> None:
     """Apply this node's orders, publish its state and serve POST /v1/load until interrupted."""
-    from executor import Executor
-    from executor.daemon import ExecutorDaemon, run_forever
+    from executor import Executor, ExecutorDaemon, run_forever
     from models import Catalog
 
     settings = settings_of(ctx)
