@@ -7,8 +7,7 @@ from pathlib import Path
 
 import typer
 
-from prewarm._logging import configure_logging
-from prewarm._settings import load_settings, parse_overrides
+from prewarm import configure_logging, load_settings, parse_overrides
 from prewarm_cli import (
     _demo,
     _executor,
@@ -56,11 +55,8 @@ def show_settings(ctx: typer.Context) -> None:
     """Print the effective settings as JSON (secrets masked)."""
     from prewarm_cli._common import settings_of, write_json
 
-    data = settings_of(ctx).model_dump(mode="json")
-    for secret in ("hint_tokens", "publishable_tokens"):
-        if data["scheduler"].get(secret):
-            data["scheduler"][secret] = "***"
-    write_json(data, None)
+    # Secret settings are typed as such; their JSON dump is masked by the type.
+    write_json(settings_of(ctx).model_dump(mode="json"), None)
 
 
 app.add_typer(_models.app, name="models")
