@@ -8,15 +8,18 @@ store | frame | History, now) -> RetrainResult`` for its daily cron job.
 
 For people and benchmarks: ``History`` (per-minute counts), ``backtest`` (train before a cut, score after it
 against a constant-rate and a time-of-week baseline), ``fit_bundle``, and the family registry ``FAMILIES``
-(``forecaster.families``: one module per family behind one ``Family`` interface).
+(``forecaster.families``: one module per family behind one ``Family`` interface), the plots
+``backtest_plots`` and ``forecast_plot``, and ``run_forecast_bench`` (``prewarm bench forecast``).
 """
 
 from __future__ import annotations
 
 from forecaster._backtest import BacktestReport, backtest, fit_bundle
+from forecaster._bench import ForecastBench, RetrainTiming, run_forecast_bench
 from forecaster._bundle import BUNDLE_VERSION, ForecasterBundle
 from forecaster._history import History
-from forecaster._retrain import RetrainResult, retrain, retrain_trigger, tracking_uri_of
+from forecaster._plots import backtest_plots, forecast_plot
+from forecaster._retrain import RetrainResult, retrain, retrain_trigger, selection_config, tracking_uri_of
 from forecaster._select import Choice, SelectionConfig
 from forecaster._tracking import CHAMPION, RegisterDecision, load_forecaster
 from forecaster._types import ModelForecast
@@ -29,16 +32,22 @@ __all__ = [
     "BacktestReport",
     "Choice",
     "Family",
+    "ForecastBench",
     "ForecasterBundle",
     "History",
     "ModelForecast",
     "RegisterDecision",
     "RetrainResult",
+    "RetrainTiming",
     "SelectionConfig",
     "backtest",
+    "backtest_plots",
     "fit_bundle",
+    "forecast_plot",
     "load_forecaster",
     "retrain",
     "retrain_trigger",
+    "run_forecast_bench",
+    "selection_config",
     "tracking_uri_of",
 ]

@@ -7,14 +7,19 @@ in one transaction of the ``DemandStore``), ``DeadLetterWriter`` for events it c
 
 Read side, for the forecaster and the scheduler: ``DemandStore(url)`` with ``series``, ``bulk``,
 ``models_seen`` and ``last_request``.
+
+For operators: ``ingest_stats`` (a group's counters, offsets and ``consumer_lag``) and the throughput
+benchmark ``run_ingest_bench`` (``prewarm bench ingest``).
 """
 
 from __future__ import annotations
 
+from ingest._bench import BenchConfig, run_ingest_bench
 from ingest._consumer import IngestConsumer, IngestSummary
 from ingest._dlq import DeadLetter, DeadLetterWriter, decode_dead_letter
 from ingest._producer import RequestLogProducer, encode_event
 from ingest._replay import ReplayResult, replay_frame
+from ingest._stats import IngestStats, consumer_lag, ingest_stats
 from ingest._store import DemandStore, OffsetConflict, OffsetUpdate, StoredOffset
 from ingest._synthetic import FAMILIES, SyntheticTrace, generate
 from ingest._traces import azure2019_minute_counts, azure_model_id, read_trace
@@ -22,11 +27,13 @@ from ingest._window import Cell, MinuteAggregator, Verdict, WindowPolicy, aggreg
 
 __all__ = [
     "FAMILIES",
+    "BenchConfig",
     "Cell",
     "DeadLetter",
     "DeadLetterWriter",
     "DemandStore",
     "IngestConsumer",
+    "IngestStats",
     "IngestSummary",
     "MinuteAggregator",
     "OffsetConflict",
@@ -40,10 +47,13 @@ __all__ = [
     "aggregate",
     "azure2019_minute_counts",
     "azure_model_id",
+    "consumer_lag",
     "decode_dead_letter",
     "encode_event",
     "generate",
+    "ingest_stats",
     "minute_of",
     "read_trace",
     "replay_frame",
+    "run_ingest_bench",
 ]

@@ -32,6 +32,7 @@ from prewarm._exceptions import (
 )
 from prewarm._ids import MAX_MODEL_ID_LENGTH, ModelId, validate_model_id
 from prewarm._logging import configure_logging, get_logger
+from prewarm._metrics import REGISTRY
 from prewarm._orders import (
     Admission,
     Effect,
@@ -87,6 +88,7 @@ __all__ = [
     "EVENT_MAX_BYTES",
     "HOP_INTO",
     "MAX_MODEL_ID_LENGTH",
+    "REGISTRY",
     "AccessDenied",
     "Admission",
     "BrokerError",

@@ -14,10 +14,19 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from prewarm._exceptions import ConfigError
@@ -40,6 +49,16 @@ __all__ = [
 ENV_PREFIX = "PREWARM_"
 # Read by load_settings itself, not a field of any section.
 _META_KEYS = {"config"}
+
+
+def _masked(value: SecretStr) -> str:
+    return "***" if value.get_secret_value() else ""
+
+
+# A secret setting: parsed from the file, the environment or --set like any string, read with
+# ``.get_secret_value()``. A JSON dump says only whether it is set ("***" or ""), so printing the
+# settings never shows it; repr and str show pydantic's mask.
+Secret = Annotated[SecretStr, PlainSerializer(_masked, return_type=str, when_used="json")]
 
 
 class _Section(BaseSettings):
@@ -174,9 +193,9 @@ class SchedulerSettings(_Section):
     section = "scheduler"
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=0, le=65535)
-    hint_tokens: str = Field(default="", repr=False, description="'source:token,...' or @/path/to/file")
-    publishable_tokens: str = Field(
-        default="", repr=False, description="'source:token[:model|model...],...' usable from browsers"
+    hint_tokens: Secret = Field(default=SecretStr(""), description="'source:token,...' or @/path/to/file")
+    publishable_tokens: Secret = Field(
+        default=SecretStr(""), description="'source:token[:model|model...],...' usable from browsers"
     )
     cors_origins: str = Field(default="", description="comma-separated allowed origins")
     hint_rate_per_s: float = Field(default=50.0, gt=0)

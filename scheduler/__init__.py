@@ -4,8 +4,8 @@
 
 ``plan`` is pure (the simulator calls it with a virtual clock). Around it: ``SchedulerCore`` (planning
 state shared by the API and the runtime), ``create_app`` (the hint API), ``Runtime`` (APScheduler with a
-persistent job store, Kafka in and out). Those three are imported on first use, so a user of the planner
-alone never loads FastAPI, APScheduler or kafka-python.
+persistent job store, Kafka in and out), and ``bench_hints`` (``prewarm bench hints``). Those are imported
+on first use, so a user of the planner alone never loads FastAPI, APScheduler or kafka-python.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from scheduler._planner import Placement, Plan, PlannerConfig, order_id, plan, p
 
 if TYPE_CHECKING:
     from scheduler._api import create_app
+    from scheduler._bench import bench_hints
     from scheduler._core import SchedulerCore
     from scheduler._runtime import Runtime
 
@@ -32,13 +33,19 @@ __all__ = [
     "PlannerConfig",
     "Runtime",
     "SchedulerCore",
+    "bench_hints",
     "create_app",
     "order_id",
     "plan",
     "plan_detailed",
 ]
 
-_LAZY = {"create_app": "scheduler._api", "SchedulerCore": "scheduler._core", "Runtime": "scheduler._runtime"}
+_LAZY = {
+    "bench_hints": "scheduler._bench",
+    "create_app": "scheduler._api",
+    "SchedulerCore": "scheduler._core",
+    "Runtime": "scheduler._runtime",
+}
 
 
 def __getattr__(name: str) -> Any:

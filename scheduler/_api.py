@@ -71,7 +71,9 @@ def create_app(
     clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     """The ASGI app over ``core``. ``ready`` says whether the runtime behind it is up (for /readyz)."""
-    auth = Authenticator(settings.hint_tokens, settings.publishable_tokens)
+    auth = Authenticator(
+        settings.hint_tokens.get_secret_value(), settings.publishable_tokens.get_secret_value()
+    )
     limiter = RateLimiter(settings.hint_rate_per_s, settings.hint_burst)
     max_body = settings.max_body_bytes
     app = FastAPI(

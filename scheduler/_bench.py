@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 from kafka import KafkaConsumer, TopicPartition
+from pydantic import SecretStr
 
 from models import Catalog, ModelSpec
 from prewarm import Order, Settings, get_logger
@@ -96,7 +97,7 @@ def _scheduler(settings: Settings, hints: int) -> Iterator[tuple[str, str, list[
     """(base url, token, models to hint, started here): the configured scheduler, or one started here."""
     sched = settings.scheduler
     url = f"http://{sched.api_host}:{sched.api_port}"
-    token = Authenticator(sched.hint_tokens).first_token()
+    token = Authenticator(sched.hint_tokens.get_secret_value()).first_token()
     if _answers(url):
         if token is None:
             raise SystemExit("a scheduler answers at " + url + " but PREWARM_HINT_TOKENS has no token")
@@ -117,7 +118,11 @@ def _scheduler(settings: Settings, hints: int) -> Iterator[tuple[str, str, list[
     local = settings.model_copy(
         update={
             "scheduler": sched.model_copy(
-                update={"hint_tokens": f"bench:{token}", "hint_rate_per_s": 1e6, "hint_burst": 10**6}
+                update={
+                    "hint_tokens": SecretStr(f"bench:{token}"),
+                    "hint_rate_per_s": 1e6,
+                    "hint_burst": 10**6,
+                }
             )
         }
     )

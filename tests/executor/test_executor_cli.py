@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from models import Catalog
-from prewarm.cli import app
+from prewarm_cli import app
 
 
 @pytest.fixture(autouse=True)

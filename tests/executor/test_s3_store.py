@@ -186,7 +186,7 @@ def test_unreachable_endpoint_is_one_line_naming_it(
             monkeypatch.delenv(key)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
-    from prewarm.cli import app
+    from prewarm_cli import app
 
     result = CliRunner().invoke(
         app,

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ingest._synthetic import generate
-from prewarm.cli import app
+from prewarm_cli import app
 
 AZURE_SAMPLE = (
     Path(__file__).resolve().parents[3] / "shared" / "data" / "azure-format-samples" / "invocations.csv"
@@ -134,3 +134,18 @@ def test_train_from_the_store_then_show_a_model(tmp_path: Path) -> None:
     assert shown.exit_code == 0, shown.output
     assert "bucket_start" in shown.output
     assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_bench_forecast_writes_the_benchmarks_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    args = ["--models", "7", "--days", "3", "--train-days", "2", "--no-retrain", "--json", str(out)]
+    result = CliRunner().invoke(app, ["bench", "forecast", *args])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["setup"] == {"models": 7, "days": 3.0, "train_days": 2.0, "seed": 0}
+    assert set(data["targets"]) == {
+        "brier_skill_ge_0.3",
+        "beats_time_of_week",
+        "retrain_under_600s",
+        "predict_under_1s",
+    }

@@ -94,7 +94,7 @@ def cli_env(kafka: KafkaSettings, ingest: IngestSettings, store_url: str) -> dic
 
 
 def prewarm_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-c", "from prewarm.cli import main; main()", *args]
+    return [sys.executable, "-c", "from prewarm_cli import main; main()", *args]
 
 
 def spawn_consumer(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:

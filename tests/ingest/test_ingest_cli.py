@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from ingest import DemandStore, IngestConsumer, OffsetUpdate, azure2019_minute_counts, generate
 from prewarm import IngestSettings, KafkaSettings
-from prewarm.cli import app
+from prewarm_cli import app
 
 AZURE = REPO.parent / "shared" / "data" / "azure-format-samples" / "invocations.csv"
 

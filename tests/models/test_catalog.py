@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from models import Catalog, CatalogProblem, ModelSpec, synth_catalog
 from prewarm import UnknownModel
-from prewarm.cli import app
+from prewarm_cli import app
 
 GOOD_SHA = "ab" * 32
 

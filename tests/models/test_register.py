@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from models import Catalog, write_safetensors
 from models._synth import TransformerShape
-from prewarm.cli import app
+from prewarm_cli import app
 
 SHAPE = TransformerShape(hidden=64, layers=2, vocab=256, intermediate=128)
 

@@ -18,8 +18,8 @@ from live_builders import models, wait_until
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-# Registers `executor run` whether or not prewarm/cli/__init__.py imports its module yet.
-MAIN = "import prewarm.cli._executor_run; from prewarm.cli import main; main()"
+# Registers `executor run` whether or not prewarm_cli/__init__.py imports its module yet.
+MAIN = "import prewarm_cli._executor_run; from prewarm_cli import main; main()"
 
 
 def free_port() -> int:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from prewarm.cli import app
+from prewarm_cli import app
 
 KEYS = {
     "reactive_wait_s",

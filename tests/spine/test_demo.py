@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prewarm.cli import app
+from prewarm_cli import app
 
 
 @pytest.mark.slow
@@ -36,7 +36,7 @@ def test_demo_runs_every_stage_on_embedded_defaults(tmp_path: Path, monkeypatch:
 
 
 def test_demo_state_from_other_flags_is_made_again(tmp_path: Path) -> None:
-    from prewarm.cli._demo import _made_with
+    from prewarm_cli._demo import _made_with
 
     db = tmp_path / "demand.db"
     assert not _made_with(db, "fleet=7 days=4")

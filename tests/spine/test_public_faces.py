@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 PINNED = {
     "executor": [
         "Executor",
+        "ExecutorDaemon",
         "FileStore",
         "Layout",
         "LoadResult",
@@ -21,6 +24,8 @@ PINNED = {
         "open_store",
         "parse_header",
         "register_store",
+        "run_forever",
+        "run_load_benchmark",
         "tensor_views",
     ],
     "forecaster": [
@@ -30,26 +35,34 @@ PINNED = {
         "Choice",
         "FAMILIES",
         "Family",
+        "ForecastBench",
         "ForecasterBundle",
         "History",
         "ModelForecast",
         "RegisterDecision",
         "RetrainResult",
+        "RetrainTiming",
         "SelectionConfig",
         "backtest",
+        "backtest_plots",
         "fit_bundle",
+        "forecast_plot",
         "load_forecaster",
         "retrain",
         "retrain_trigger",
+        "run_forecast_bench",
+        "selection_config",
         "tracking_uri_of",
     ],
     "ingest": [
+        "BenchConfig",
         "Cell",
         "DeadLetter",
         "DeadLetterWriter",
         "DemandStore",
         "FAMILIES",
         "IngestConsumer",
+        "IngestStats",
         "IngestSummary",
         "MinuteAggregator",
         "OffsetConflict",
@@ -63,12 +76,15 @@ PINNED = {
         "aggregate",
         "azure2019_minute_counts",
         "azure_model_id",
+        "consumer_lag",
         "decode_dead_letter",
         "encode_event",
         "generate",
+        "ingest_stats",
         "minute_of",
         "read_trace",
         "replay_frame",
+        "run_ingest_bench",
     ],
     "models": [
         "CATALOG_VERSION",
@@ -127,6 +143,7 @@ PINNED = {
         "OrderStatus",
         "PlacementFailed",
         "PrewarmError",
+        "REGISTRY",
         "RequestEvent",
         "ResidentModel",
         "S3Settings",
@@ -162,11 +179,13 @@ PINNED = {
         "PlannerConfig",
         "Runtime",
         "SchedulerCore",
+        "bench_hints",
         "create_app",
         "order_id",
         "plan",
         "plan_detailed",
     ],
+    "prewarm_cli": ["app", "main"],
     "sim": [
         "DEFAULT_SIZES",
         "POLICIES",
@@ -192,7 +211,7 @@ def test_public_api_is_pinned(package: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "package", ["prewarm", "models", "ingest", "forecaster", "scheduler", "executor", "sim"]
+    "package", ["prewarm", "models", "ingest", "forecaster", "scheduler", "executor", "sim", "prewarm_cli"]
 )
 def test_every_public_name_exists(package: str) -> None:
     module = importlib.import_module(package)
@@ -205,11 +224,11 @@ LIGHT = {
     # The spine is imported by everything: it imports none of the packages, nor torch or pandas.
     "prewarm": (
         "import prewarm",
-        {"models", "ingest", "forecaster", "scheduler", "executor", "sim", "torch", "pandas"},
+        {"models", "ingest", "forecaster", "scheduler", "executor", "sim", "prewarm_cli", "torch", "pandas"},
     ),
     # A GPU node never loads the control plane; boto3 only when an s3:// store is opened.
     "executor": (
-        "import executor, executor._executor, prewarm.cli._executor",
+        "import executor, executor._executor, prewarm_cli._executor",
         {"pandas", "statsmodels", "mlflow", "sqlalchemy", "sklearn", "boto3"},
     ),
     # The planner alone loads no web or broker library.
@@ -223,3 +242,36 @@ def test_importing_a_package_leaves_out_what_it_does_not_need(package: str) -> N
     code = f"import sys; {statement}; print(sorted(m for m in {sorted(heavy)!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("models", "ingest", "forecaster", "scheduler", "executor", "sim", "prewarm_cli")
+
+
+def _imports(package: str) -> list[tuple[str, str]]:
+    """(file, imported module) for every import statement in ``package``, inside functions too."""
+    found = []
+    for path in sorted((REPO / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found += [(path.name, alias.name) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found += [(path.name, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def test_the_spine_imports_none_of_the_other_packages() -> None:
+    assert [(f, m) for f, m in _imports("prewarm") if m.split(".")[0] in PACKAGES] == []
+
+
+def test_the_cli_imports_only_public_faces() -> None:
+    """``from ingest import X`` with X in its ``__all__``; never ``ingest._kafka``, ``executor.daemon``."""
+    faces = {"prewarm", *PACKAGES} - {"prewarm_cli"}
+    beyond_faces = [
+        (file, module)
+        for file, module in _imports("prewarm_cli")
+        if module.split(".")[0] in faces
+        and "." in module
+        and module.split(".")[1] not in importlib.import_module(module.split(".")[0]).__all__
+    ]
+    assert beyond_faces == []

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 from typer.testing import CliRunner
 
-from prewarm import ConfigError, load_settings, parse_byte_rate, parse_bytes
-from prewarm.cli import app
+from prewarm import ConfigError, Settings, load_settings, parse_byte_rate, parse_bytes
+from prewarm_cli import app
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -100,3 +102,45 @@ def test_planner_knobs_come_from_scheduler_settings(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("PREWARM_COOL_P", "0.2")
     config = PlannerConfig.from_settings(load_settings().scheduler)
     assert (config.miss_penalty, config.cool_p) == (0.0, 0.2)
+
+
+def test_a_secret_set_in_the_environment_is_masked_in_prewarm_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PREWARM_HINT_TOKENS", "shop:s3cret-token")
+    result = CliRunner().invoke(app, ["settings"])
+    assert result.exit_code == 0, result.output
+    assert "s3cret-token" not in result.output
+    shown = json.loads(result.output)["scheduler"]
+    assert shown["hint_tokens"] == "***"
+    assert shown["publishable_tokens"] == ""  # unset: nothing to hide, and it says so
+
+
+def test_secret_settings_keep_their_value_from_file_environment_and_override(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "prewarm.yaml"
+    config.write_text("scheduler:\n  publishable_tokens: web:pk-file\n  hint_tokens: shop:from-file\n")
+    monkeypatch.setenv("PREWARM_HINT_TOKENS", "shop:from-env")
+    settings = load_settings(config)
+    assert settings.scheduler.hint_tokens.get_secret_value() == "shop:from-env"
+    assert settings.scheduler.publishable_tokens.get_secret_value() == "web:pk-file"
+    overridden = load_settings(config, {"hint_tokens": "shop:from-set"})
+    assert overridden.scheduler.hint_tokens.get_secret_value() == "shop:from-set"
+
+
+def test_every_secret_setting_is_masked_by_its_type() -> None:
+    """A secret added to any section later is masked without anyone listing it."""
+    defaults = load_settings()
+    sections = [type(getattr(defaults, name)) for name in Settings.model_fields]
+    secrets = [
+        name
+        for section in sections
+        for name, field in section.model_fields.items()
+        if field.annotation is SecretStr
+    ]
+    assert {"hint_tokens", "publishable_tokens"} <= set(secrets)
+    settings = load_settings(None, {name: f"src:value-of-{name}" for name in secrets})
+    dumped = json.dumps(settings.model_dump(mode="json"))
+    assert "value-of-" not in dumped
+    assert "value-of-" not in repr(settings)

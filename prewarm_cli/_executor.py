@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from prewarm.cli._common import app_group, bench_app, catalog_path, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, catalog_path, settings_of, write_json
 
 if TYPE_CHECKING:
     from executor import Executor
@@ -118,7 +118,7 @@ def bench_load(
     json_out: Path | None = _JSON,
 ) -> None:
     """L2->L1, L1->L0, L2->L0 and L3->L1 against raw reads, safetensors and boto3 in the same run."""
-    from executor._bench import run_load_benchmark
+    from executor import run_load_benchmark
     from prewarm import parse_bytes
 
     try:

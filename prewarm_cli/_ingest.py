@@ -17,9 +17,8 @@ from typing import Any
 
 import typer
 
-from prewarm._exceptions import InvalidInput
-from prewarm._logging import get_logger
-from prewarm.cli._common import app_group, bench_app, parse_time, settings_of, write_json
+from prewarm import InvalidInput, get_logger
+from prewarm_cli._common import app_group, bench_app, parse_time, settings_of, write_json
 
 app = app_group("Ingest gateway request logs from Kafka into per-model per-minute demand.")
 log = get_logger("prewarm.cli.ingest")
@@ -50,7 +49,7 @@ def run(
     if settings.ingest.ingest_metrics_port is not None:
         from prometheus_client import start_http_server
 
-        from prewarm._metrics import REGISTRY
+        from prewarm import REGISTRY
 
         start_http_server(settings.ingest.ingest_metrics_port, addr="127.0.0.1", registry=REGISTRY)
     store = DemandStore(settings.database_url)
@@ -113,60 +112,31 @@ def stats(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ) -> None:
     """Events counted, dead letters by reason, lag per partition, last event time per model."""
-    from ingest import DemandStore
-    from ingest._consumer import DEAD_LETTERED
-    from ingest._kafka import end_offsets
-    from prewarm._exceptions import BrokerError
+    from ingest import DemandStore, ingest_stats
 
     settings = settings_of(ctx)
-    group = group or settings.ingest.consumer_group
-    topic = topic or settings.kafka.topic_requests
     store = DemandStore(settings.database_url)
     try:
-        counters = store.counters(group)
-        committed = store.load_offsets(group, topic)
-        last = store.last_requests()
+        report = ingest_stats(
+            store,
+            settings.kafka,
+            group or settings.ingest.consumer_group,
+            topic or settings.kafka.topic_requests,
+        )
     finally:
         store.close()
-    lag: dict[str, int | None] = {}
-    lag_error = None
-    try:
-        ends = end_offsets(settings.kafka, topic, timeout_s=5.0)
-        for partition, end in sorted(ends.items()):
-            done = committed[partition].next_offset if partition in committed else 0
-            lag[str(partition)] = max(end - done, 0)
-    except BrokerError as exc:
-        lag_error = str(exc)
-        lag = {str(p): None for p in sorted(committed)}
-    payload: dict[str, Any] = {
-        "group": group,
-        "topic": topic,
-        "records": counters.get("records", 0),
-        "events": counters.get("events", 0),
-        "late_dropped": counters.get("late_dropped", 0),
-        "dead_lettered": {
-            name.removeprefix(DEAD_LETTERED): value
-            for name, value in sorted(counters.items())
-            if name.startswith(DEAD_LETTERED)
-        },
-        "committed_offsets": {str(p): o.next_offset for p, o in sorted(committed.items())},
-        "lag": lag,
-        "last_event": {model: ts for model, ts in sorted(last.items())},
-    }
-    if lag_error:
-        payload["lag_error"] = lag_error
     if as_json:
-        write_json(payload, None)
+        write_json(report.to_json(), None)
         return
-    typer.echo(f"group {group} on {topic}")
-    typer.echo(f"  records {payload['records']}  events {payload['events']}  late {payload['late_dropped']}")
-    for reason, n in payload["dead_lettered"].items():
+    typer.echo(f"group {report.group} on {report.topic}")
+    typer.echo(f"  records {report.records}  events {report.events}  late {report.late_dropped}")
+    for reason, n in report.dead_lettered.items():
         typer.echo(f"  dead-lettered {reason}: {n}")
-    for part, value in lag.items():
+    for part, value in report.lag.items():
         typer.echo(f"  partition {part}: lag {'unknown' if value is None else value}")
-    if lag_error:
-        typer.echo(f"  (lag unknown: {lag_error})")
-    for model, ts in sorted(last.items()):
+    if report.lag_error:
+        typer.echo(f"  (lag unknown: {report.lag_error})")
+    for model, ts in report.last_event.items():
         stamp = datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
         typer.echo(f"  {model}: last event {stamp}")
 
@@ -185,7 +155,7 @@ def bench_ingest(
     json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here ('-': stdout)."),
 ) -> None:
     """Produce N events to a fresh topic; measure the consumer into the store against a bare poll loop."""
-    from ingest._bench import BenchConfig, run_ingest_bench
+    from ingest import BenchConfig, run_ingest_bench
 
     if compression not in ("none", "gzip"):
         raise InvalidInput(f"compression must be none or gzip, not {compression!r}", reason="option")

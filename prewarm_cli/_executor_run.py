@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from prewarm.cli._common import catalog_path, settings_of
-from prewarm.cli._executor import app
+from prewarm_cli._common import catalog_path, settings_of
+from prewarm_cli._executor import app
 
 __all__ = ["run"]
 
@@ -29,8 +29,7 @@ def run(
     ),
 ) -> None:
     """Apply this node's orders, publish its state and serve POST /v1/load until interrupted."""
-    from executor import Executor
-    from executor.daemon import ExecutorDaemon, run_forever
+    from executor import Executor, ExecutorDaemon, run_forever
     from models import Catalog
 
     settings = settings_of(ctx)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from prewarm.cli._common import app_group, catalog_path, settings_of
+from prewarm_cli._common import app_group, catalog_path, settings_of
 
 app = app_group("The model catalog: synthesize demo weights, register and check entries.")
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import typer
 
-from prewarm._logging import get_logger
-from prewarm.cli._common import app_group, catalog_path, parse_time, settings_of
+from prewarm import get_logger
+from prewarm_cli._common import app_group, catalog_path, parse_time, settings_of
 
 app = app_group("Produce request-log events to Kafka: synthetic traffic or a trace replay.")
 log = get_logger("prewarm.cli.produce")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from prewarm.cli._common import settings_of
+from prewarm_cli._common import settings_of
 
 DEMO_START = 1_704_067_200.0  # Monday 2024-01-01 00:00 UTC: the synthetic week starts on a Monday
 
@@ -154,7 +154,7 @@ def demo(
             )
 
     # 6. simulation ----------------------------------------------------------------------------------
-    from prewarm.cli._sim import render_table
+    from prewarm_cli._sim import render_table
     from sim import default_cluster, run_policies, virtual_catalog
 
     start = DEMO_START + (days - 1) * 86400 + 6 * 3600

@@ -11,13 +11,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from prewarm._exceptions import (
-    ConfigError,
-    InvalidInput,
-    PrewarmError,
-    UnknownModel,
-)
-from prewarm._settings import Settings
+from prewarm import ConfigError, InvalidInput, PrewarmError, Settings, UnknownModel
 
 __all__ = ["app_group", "bench_app", "catalog_path", "fail", "parse_time", "settings_of", "write_json"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from prewarm.cli._common import app_group, bench_app, catalog_path, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, catalog_path, settings_of, write_json
 
 app = app_group("The scheduler: planning loop, hint API and order publishing.")
 
@@ -22,9 +22,7 @@ def run(
     import uvicorn
 
     from models import Catalog
-    from scheduler import Cluster
-    from scheduler._api import create_app
-    from scheduler._runtime import Runtime
+    from scheduler import Cluster, Runtime, create_app
 
     settings = settings_of(ctx)
     if settings.core.log_level != "DEBUG":
@@ -59,7 +57,7 @@ def bench_hints(
     hints: int = typer.Option(200, min=1, help="Hints to post, one after another."),
 ) -> None:
     """Latency from POST /v1/hints to the order on the orders topic (target p99 < 100 ms)."""
-    from scheduler._bench import bench_hints as measure
+    from scheduler import bench_hints as measure
 
     result = measure(settings_of(ctx), hints)
     write_json(result, json_out)

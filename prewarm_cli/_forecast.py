@@ -7,8 +7,6 @@ constant-rate and a time-of-week baseline) and speed (retrain, 2-hour predict) o
 from __future__ import annotations
 
 import math
-import statistics
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,8 +14,8 @@ from typing import Any, Literal
 
 import typer
 
-from prewarm._exceptions import InvalidInput
-from prewarm.cli._common import app_group, bench_app, parse_time, settings_of, write_json
+from prewarm import InvalidInput
+from prewarm_cli._common import app_group, bench_app, parse_time, settings_of, write_json
 
 app = app_group("Train, inspect and backtest the per-model demand forecasters.")
 
@@ -84,7 +82,7 @@ def show(
     import numpy as np
 
     from forecaster import load_forecaster, tracking_uri_of
-    from prewarm._exceptions import UnknownModel
+    from prewarm import UnknownModel
 
     settings = settings_of(ctx)
     f = settings.forecast
@@ -108,7 +106,7 @@ def show(
         for i in range(len(fc.expected))
     ]
     if png is not None:
-        from forecaster._plots import forecast_plot
+        from forecaster import forecast_plot
 
         forecast_plot(fc, model, None if counts is None else np.asarray(counts), png)
     choice = bundle.choice(model)
@@ -132,7 +130,7 @@ def show(
 def _actual_counts(url: str, model: str, start: float, end: float, bucket_s: int) -> list[int] | None:
     """Actual counts per bucket from the demand store, or None when there is no store to read."""
     from ingest import DemandStore
-    from prewarm._exceptions import StorageError
+    from prewarm import StorageError
 
     try:
         store = DemandStore(url, create=False)
@@ -162,9 +160,8 @@ def backtest_cmd(
     json_out: Path | None = _JSON,
 ) -> None:
     """Backtest straight from a trace file (no store): train before --train-until, score after it."""
-    from forecaster import History, backtest
-    from forecaster._retrain import selection_config
-    from ingest._traces import azure2019_minute_counts, read_trace
+    from forecaster import History, backtest, selection_config
+    from ingest import azure2019_minute_counts, read_trace
 
     if fmt not in ("requests", "azure2019"):
         raise typer.BadParameter("expected requests or azure2019", param_hint="--format")
@@ -186,7 +183,7 @@ def backtest_cmd(
         history, parse_time(train_until, "--train-until"), lead=lead, window=window, config=config
     )
     if plots is not None:
-        from forecaster._plots import backtest_plots
+        from forecaster import backtest_plots
 
         backtest_plots(report, plots)
     write_json(report.to_json(), json_out or Path("-"))
@@ -207,69 +204,18 @@ def bench_forecast(
     json_out: Path | None = _JSON,
 ) -> None:
     """Quality per pattern family (Brier skill vs constant rate and time-of-week); retrain/predict speed."""
-    from forecaster import History, backtest, load_forecaster, retrain
-    from forecaster._retrain import selection_config
-    from ingest._synthetic import generate
+    from forecaster import run_forecast_bench
 
-    settings = settings_of(ctx)
-    f = settings.forecast
-    began = time.perf_counter()
-    trace = generate(models, days, seed=seed)
-    gen_s = time.perf_counter() - began
-    history = History(trace.models, int(trace.start), trace.counts.astype("float64"))
-    typer.echo(f"generated {models} models x {days:g} days in {gen_s:.1f}s; backtesting", err=True)
-    report = backtest(
-        history,
-        trace.start + train_days * 86400,
-        lead=f.lead_minutes,
-        window=f.window_minutes,
-        config=selection_config(settings),
-        families=trace.families,
+    result = run_forecast_bench(
+        settings_of(ctx),
+        models=models,
+        days=days,
+        train_days=train_days,
+        seed=seed,
+        with_retrain=retrain_run,
+        progress=lambda line: typer.echo(line, err=True),
     )
-    result: dict[str, Any] = {
-        "setup": {"models": models, "days": days, "train_days": train_days, "seed": seed},
-        "quality": report.aggregate,
-        "reliability": report.reliability,
-    }
-    typer.echo(
-        f"backtest: brier skill {report.aggregate['brier_skill']:.3f}, "
-        f"vs time-of-week {report.aggregate['brier_skill_vs_time_of_week']:.3f}",
-        err=True,
-    )
-    bundle = report.bundle
-    speed: dict[str, Any] = {
-        "generate_seconds": round(gen_s, 2),
-        "backtest_fit_seconds": report.aggregate["fit_seconds"],
-    }
-    if retrain_run:
-        with tempfile.TemporaryDirectory() as tmp:
-            uri = (Path(tmp) / "mlruns").as_uri()
-            typer.echo("retraining (holdout backtest + final fit + MLflow logging)", err=True)
-            t0 = time.perf_counter()
-            done = retrain(settings, history, float(history.end), tracking_uri=uri)
-            speed["retrain_seconds"] = round(time.perf_counter() - t0, 2)
-            speed["retrain_breakdown"] = done.timings
-            t0 = time.perf_counter()
-            bundle = load_forecaster(f"models:/{f.registered_model}@champion", tracking_uri=uri)
-            speed["load_champion_seconds"] = round(time.perf_counter() - t0, 3)
-            speed["retrain_decision"] = None if done.decision is None else done.decision.reason
-    timings = []
-    for i in range(7):
-        t0 = time.perf_counter()
-        forecasts = bundle.predict(float(history.end) + 60 * i, f.horizon_s)
-        timings.append(time.perf_counter() - t0)
-    speed["predict_seconds_median"] = round(statistics.median(timings), 4)
-    speed["predict_seconds_max"] = round(max(timings), 4)
-    speed["predict_models"] = len(forecasts)
-    speed["predict_horizon_s"] = f.horizon_s
-    result["speed"] = speed
-    result["targets"] = {
-        "brier_skill_ge_0.3": report.aggregate["brier_skill"] >= 0.3,
-        "beats_time_of_week": report.aggregate["brier_skill_vs_time_of_week"] > 0,
-        "retrain_under_600s": None if "retrain_seconds" not in speed else speed["retrain_seconds"] < 600,
-        "predict_under_1s": speed["predict_seconds_max"] < 1.0,
-    }
-    write_json(result, json_out or Path("-"))
+    write_json(result.to_json(), json_out or Path("-"))
 
 
 def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import typer
 
-from prewarm.cli._common import app_group, bench_app, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, settings_of, write_json
 
 if TYPE_CHECKING:
     from sim import SimReport

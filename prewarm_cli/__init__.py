@@ -7,9 +7,8 @@ from pathlib import Path
 
 import typer
 
-from prewarm._logging import configure_logging
-from prewarm._settings import load_settings, parse_overrides
-from prewarm.cli import (
+from prewarm import configure_logging, load_settings, parse_overrides
+from prewarm_cli import (
     _demo,
     _executor,
     _executor_run,  # noqa: F401  (registers `prewarm executor run`)
@@ -20,7 +19,7 @@ from prewarm.cli import (
     _scheduler,
     _sim,
 )
-from prewarm.cli._common import app_group, bench_app
+from prewarm_cli._common import app_group, bench_app
 
 __all__ = ["app", "main"]
 
@@ -54,13 +53,10 @@ def version() -> None:
 @app.command("settings")
 def show_settings(ctx: typer.Context) -> None:
     """Print the effective settings as JSON (secrets masked)."""
-    from prewarm.cli._common import settings_of, write_json
+    from prewarm_cli._common import settings_of, write_json
 
-    data = settings_of(ctx).model_dump(mode="json")
-    for secret in ("hint_tokens", "publishable_tokens"):
-        if data["scheduler"].get(secret):
-            data["scheduler"][secret] = "***"
-    write_json(data, None)
+    # Secret settings are typed as such; their JSON dump is masked by the type.
+    write_json(settings_of(ctx).model_dump(mode="json"), None)
 
 
 app.add_typer(_models.app, name="models")
