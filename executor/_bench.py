@@ -29,8 +29,8 @@ import torch
 
 from executor._executor import Executor
 from executor._hostmem import host_buffer, populate
-from executor._l2 import round_up
 from executor._pipeline import host_view
+from executor._tier import round_up
 from models import Catalog, ModelSpec, shape_for_size, write_safetensors
 from prewarm import Settings, Tier
 

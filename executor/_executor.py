@@ -38,7 +38,7 @@ import torch
 
 from executor import _metrics
 from executor._l0 import DeviceModel, L0Cache, l0_capacity, resolve_device
-from executor._l1 import HostBlock, L1Cache, ModelKey
+from executor._l1 import HostBlock, L1Cache
 from executor._l2 import L2Cache, L2Object, L2Reader, TempWrite
 from executor._l3 import MemoryStore, ObjectStore, open_store
 from executor._pipeline import (
@@ -53,7 +53,7 @@ from executor._pipeline import (
 )
 from executor._priority import LinkGate
 from executor._safetensors import Layout, tensor_views
-from executor._tier import Entry, TierCache
+from executor._tier import Entry, ModelKey, TierCache
 from models import Catalog, ModelSpec
 from prewarm import (
     CACHE_TIERS,

@@ -11,8 +11,8 @@ import torch
 from executor_testkit import ExecutorFactory, make_model, serves
 
 from executor import Executor, FileStore, LoadResult
-from executor._l2 import round_up
 from executor._l3 import OnPiece
+from executor._tier import round_up
 from models import Catalog
 from prewarm import (
     CapacityError,

@@ -10,7 +10,8 @@ from executor_testkit import CHUNK, ExecutorFactory, flip_byte, serves
 
 from executor import FileStore
 from executor import _executor as executor_module
-from executor._l2 import ALIGN, L2Reader, round_up
+from executor._l2 import L2Reader
+from executor._tier import ALIGN, round_up
 from models import Catalog
 from prewarm import IntegrityError, PrewarmError, Tier
 
