@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from executor._executor import Executor, LoadResult
 from executor._l2 import VerifyResult
-from executor._l3 import FileStore, ObjectStore, S3Store, open_store, register_store
 from executor._safetensors import Layout, TensorEntry, parse_header, tensor_views
+from executor._stores import FileStore, ObjectStore, S3Store, open_store, register_store
 
 __all__ = [
     "Executor",

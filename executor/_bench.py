@@ -227,7 +227,7 @@ class _S3Bench:
     def __init__(
         self, settings: Settings, spec: ModelSpec, path: Path, work_dir: Path, exec_settings: Any, device: str
     ) -> None:
-        from executor._l3 import S3Store
+        from executor._stores import S3Store
 
         self.settings, self.path, self.work_dir = settings, path, work_dir
         self.exec_settings, self.device = exec_settings, device

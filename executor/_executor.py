@@ -40,7 +40,6 @@ from executor import _metrics
 from executor._l0 import DeviceModel, L0Cache, l0_capacity, resolve_device
 from executor._l1 import HostBlock, L1Cache
 from executor._l2 import L2Cache, L2Object, L2Reader, TempWrite
-from executor._l3 import MemoryStore, ObjectStore, open_store
 from executor._pipeline import (
     DeviceCopier,
     StagingRing,
@@ -53,6 +52,7 @@ from executor._pipeline import (
 )
 from executor._priority import LinkGate
 from executor._safetensors import Layout, tensor_views
+from executor._stores import MemoryStore, ObjectStore, open_store
 from executor._tier import Entry, ModelKey, TierCache
 from models import Catalog, ModelSpec
 from prewarm import (

@@ -29,9 +29,9 @@ import torch
 
 from executor._hostmem import host_buffer
 from executor._l2 import ChunkDigester, L2Cache, L2Object, L2Reader, PartWrite, TempWrite
-from executor._l3 import ObjectStore
 from executor._priority import Transfer
 from executor._safetensors import Layout, header_length, parse_header
+from executor._stores import ObjectStore
 from executor._tier import ALIGN, round_up
 from prewarm import IntegrityError
 

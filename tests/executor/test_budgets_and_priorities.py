@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from executor import FileStore
 from executor._l1 import RangeAllocator
-from executor._l3 import OnPiece
 from executor._priority import LinkGate
+from executor._stores import OnPiece
 from executor._tier import Entry
 from models import Catalog
 from prewarm import CapacityError, PrewarmError, Tier, lru_victims

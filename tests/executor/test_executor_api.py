@@ -11,7 +11,7 @@ import torch
 from executor_testkit import ExecutorFactory, make_model, serves
 
 from executor import Executor, FileStore, LoadResult
-from executor._l3 import OnPiece
+from executor._stores import OnPiece
 from executor._tier import round_up
 from models import Catalog
 from prewarm import (

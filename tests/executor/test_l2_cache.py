@@ -16,8 +16,8 @@ from executor_testkit import CHUNK, ExecutorFactory, flip_byte, make_model, s3_s
 from executor import FileStore
 from executor._hostmem import host_buffer, populate
 from executor._l2 import ChunkDigester, L2Cache, L2Reader, PartWrite
-from executor._l3 import OnPiece
 from executor._pipeline import host_view
+from executor._stores import OnPiece
 from executor._tier import round_up
 from models import Catalog, ModelSpec
 from prewarm import IntegrityError, ObjectStoreError, StorageError, Tier
