@@ -23,7 +23,7 @@ import hashlib
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -37,6 +37,7 @@ from prewarm import IntegrityError
 
 __all__ = [
     "DeviceCopier",
+    "RingFactory",
     "StagingRing",
     "fetch_l3",
     "host_view",
@@ -213,6 +214,12 @@ class StagingRing:
 
     def release(self, slot: int, event: Any) -> None:
         self._free.append((slot, event))
+
+
+class RingFactory(Protocol):
+    """How the executor builds a staging ring (``StagingRing`` itself, or a wrapper a test passes)."""
+
+    def __call__(self, slots: int, chunk_bytes: int, *, pinned: bool) -> StagingRing: ...
 
 
 class DeviceCopier:
