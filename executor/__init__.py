@@ -8,19 +8,33 @@ L0 (device), verified at every step, and serves them as tensor views.
     executor.apply(order)                            # an order from the scheduler (idempotent)
     executor.state()                                 # what the node holds, for the scheduler
 
+    register_store("hf", HubStore)                   # another uri scheme: valid in catalogs from now on
+    ExecutorDaemon(executor, settings.kafka)         # orders in, state out, the local load API
+    run_forever(daemon, host, port)                  # ... served until interrupted
+    run_load_benchmark(settings, nbytes=..., ...)    # the loader benchmark (``prewarm bench load``)
+
 Imports only the spine, the catalog, torch, numpy, safetensors-free parsing, xxhash and filelock; boto3
-is imported when an ``s3://`` store is opened. Never pandas, statsmodels, MLflow or SQLAlchemy.
+is imported when an ``s3://`` store is opened, and FastAPI and kafka-python when the daemon is first
+named (a node that only loads weights, like the GPU check, never needs them). Never pandas,
+statsmodels, MLflow or SQLAlchemy.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from executor._bench import run_load_benchmark
 from executor._executor import Executor, LoadResult
 from executor._l2 import VerifyResult
 from executor._safetensors import Layout, TensorEntry, parse_header, tensor_views
 from executor._stores import FileStore, ObjectStore, S3Store, open_store, register_store
 
+if TYPE_CHECKING:
+    from executor._daemon import ExecutorDaemon, run_forever
+
 __all__ = [
     "Executor",
+    "ExecutorDaemon",
     "FileStore",
     "Layout",
     "LoadResult",
@@ -31,5 +45,18 @@ __all__ = [
     "open_store",
     "parse_header",
     "register_store",
+    "run_forever",
+    "run_load_benchmark",
     "tensor_views",
 ]
+
+_DAEMON = frozenset({"ExecutorDaemon", "run_forever"})
+
+
+def __getattr__(name: str) -> Any:
+    # The daemon's names are imported on first use: they bring FastAPI and kafka-python along.
+    if name in _DAEMON:
+        from executor import _daemon
+
+        return getattr(_daemon, name)
+    raise AttributeError(f"module 'executor' has no attribute {name!r}")

@@ -11,6 +11,7 @@ import pytest
 PINNED = {
     "executor": [
         "Executor",
+        "ExecutorDaemon",
         "FileStore",
         "Layout",
         "LoadResult",
@@ -21,6 +22,8 @@ PINNED = {
         "open_store",
         "parse_header",
         "register_store",
+        "run_forever",
+        "run_load_benchmark",
         "tensor_views",
     ],
     "forecaster": [
