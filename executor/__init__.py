@@ -8,26 +8,29 @@ L0 (device), verified at every step, and serves them as tensor views.
     executor.apply(order)                            # an order from the scheduler (idempotent)
     executor.state()                                 # what the node holds, for the scheduler
 
-Imports only the spine, the catalog, torch, numpy, safetensors-free parsing, xxhash and filelock; boto3
-is imported when an ``s3://`` store is opened. Never pandas, statsmodels, MLflow or SQLAlchemy.
+    register_store("hf", HubStore)                   # another uri scheme: valid in catalogs from now on
+    ExecutorDaemon(executor, settings.kafka)         # orders in, state out, the local load API
+    run_forever(daemon, host, port)                  # ... served until interrupted
+    run_load_benchmark(settings, nbytes=..., ...)    # the loader benchmark (``prewarm bench load``)
 
-The node daemon (``ExecutorDaemon`` and ``run_forever``: orders in, state out, the load API) and the
-loader benchmark ``run_load_benchmark`` are imported on first use, so a user of the pipeline alone never
-loads FastAPI or kafka-python.
+Imports only the spine, the catalog, torch, numpy, safetensors-free parsing, xxhash and filelock; boto3
+is imported when an ``s3://`` store is opened, and FastAPI and kafka-python when the daemon is first
+named (a node that only loads weights, like the GPU check, never needs them). Never pandas,
+statsmodels, MLflow or SQLAlchemy.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from executor._bench import run_load_benchmark
 from executor._executor import Executor, LoadResult
 from executor._l2 import VerifyResult
-from executor._l3 import FileStore, ObjectStore, S3Store, open_store, register_store
 from executor._safetensors import Layout, TensorEntry, parse_header, tensor_views
+from executor._stores import FileStore, ObjectStore, S3Store, open_store, register_store
 
 if TYPE_CHECKING:
-    from executor._bench import run_load_benchmark
-    from executor.daemon import ExecutorDaemon, run_forever
+    from executor._daemon import ExecutorDaemon, run_forever
 
 __all__ = [
     "Executor",
@@ -47,15 +50,13 @@ __all__ = [
     "tensor_views",
 ]
 
+_DAEMON = frozenset({"ExecutorDaemon", "run_forever"})
+
 
 def __getattr__(name: str) -> Any:
-    # Plain imports rather than importlib, so the import contract sees these edges.
-    if name in ("ExecutorDaemon", "run_forever"):
-        from executor import daemon
+    # The daemon's names are imported on first use: they bring FastAPI and kafka-python along.
+    if name in _DAEMON:
+        from executor import _daemon
 
-        return getattr(daemon, name)
-    if name == "run_load_benchmark":
-        from executor import _bench
-
-        return _bench.run_load_benchmark
+        return getattr(_daemon, name)
     raise AttributeError(f"module 'executor' has no attribute {name!r}")

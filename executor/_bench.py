@@ -29,8 +29,8 @@ import torch
 
 from executor._executor import Executor
 from executor._hostmem import host_buffer, populate
-from executor._l2 import round_up
 from executor._pipeline import host_view
+from executor._tier import round_up
 from models import Catalog, ModelSpec, shape_for_size, write_safetensors
 from prewarm import Settings, Tier
 
@@ -227,7 +227,7 @@ class _S3Bench:
     def __init__(
         self, settings: Settings, spec: ModelSpec, path: Path, work_dir: Path, exec_settings: Any, device: str
     ) -> None:
-        from executor._l3 import S3Store
+        from executor._stores import S3Store
 
         self.settings, self.path, self.work_dir = settings, path, work_dir
         self.exec_settings, self.device = exec_settings, device

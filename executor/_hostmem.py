@@ -22,7 +22,7 @@ import mmap
 
 import torch
 
-from executor._l2 import ALIGN
+from executor._tier import ALIGN
 
 __all__ = ["host_buffer", "populate"]
 

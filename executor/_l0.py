@@ -17,10 +17,8 @@ from dataclasses import dataclass, field
 import torch
 
 from executor._hostmem import host_buffer, populate
-from executor._l1 import ModelKey
-from executor._l2 import round_up
 from executor._safetensors import Layout
-from executor._tier import TierCache
+from executor._tier import ModelKey, TierCache, round_up
 from prewarm import ExecutorSettings, PlacementFailed, Tier
 
 __all__ = ["DeviceModel", "L0Cache", "l0_capacity", "resolve_device"]

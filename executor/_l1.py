@@ -19,14 +19,11 @@ from dataclasses import dataclass
 import torch
 
 from executor._hostmem import host_buffer, populate
-from executor._l2 import ALIGN, round_up
 from executor._safetensors import Layout
-from executor._tier import TierCache
+from executor._tier import ALIGN, ModelKey, TierCache, round_up
 from prewarm import PlacementFailed, Tier
 
-__all__ = ["HostBlock", "HostPool", "L1Cache", "ModelKey", "RangeAllocator"]
-
-ModelKey = tuple[str, str, str | None]
+__all__ = ["HostBlock", "HostPool", "L1Cache", "RangeAllocator"]
 
 
 class RangeAllocator:

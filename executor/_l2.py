@@ -33,7 +33,7 @@ import xxhash
 from filelock import FileLock, Timeout
 
 from executor import _metrics
-from executor._tier import TierCache
+from executor._tier import ALIGN, TierCache, round_up
 from prewarm import CapacityError, IntegrityError, StorageError, Tier, get_logger
 
 __all__ = [
@@ -49,15 +49,10 @@ __all__ = [
 
 log = get_logger(__name__)
 INDEX_VERSION = 1
-ALIGN = 4096  # O_DIRECT wants offsets, lengths and addresses aligned to the logical block size
 # Buffered writes in pieces of this size ran 2-5x faster than one 32 MiB pwrite per part (measured on
 # ext4 under dirty-page throttling: the kernel copies and throttles per call, and big calls stall).
 _WRITE_PIECE = 256 * 1024
 _DIRECT_RUN = 2**20  # O_DIRECT writes of a part go out once this much has landed
-
-
-def round_up(n: int, align: int = ALIGN) -> int:
-    return -(-n // align) * align
 
 
 class ChunkDigester:

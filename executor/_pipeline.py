@@ -23,19 +23,21 @@ import hashlib
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from executor._hostmem import host_buffer
-from executor._l2 import ALIGN, ChunkDigester, L2Cache, L2Object, L2Reader, PartWrite, TempWrite, round_up
-from executor._l3 import ObjectStore
+from executor._l2 import ChunkDigester, L2Cache, L2Object, L2Reader, PartWrite, TempWrite
 from executor._priority import Transfer
 from executor._safetensors import Layout, header_length, parse_header
+from executor._stores import ObjectStore
+from executor._tier import ALIGN, round_up
 from prewarm import IntegrityError
 
 __all__ = [
     "DeviceCopier",
+    "RingFactory",
     "StagingRing",
     "fetch_l3",
     "host_view",
@@ -212,6 +214,12 @@ class StagingRing:
 
     def release(self, slot: int, event: Any) -> None:
         self._free.append((slot, event))
+
+
+class RingFactory(Protocol):
+    """How the executor builds a staging ring (``StagingRing`` itself, or a wrapper a test passes)."""
+
+    def __call__(self, slots: int, chunk_bytes: int, *, pinned: bool) -> StagingRing: ...
 
 
 class DeviceCopier:

@@ -1,5 +1,9 @@
 """The tier interface, in one place: a byte-budgeted, LRU, pinnable cache that L2, L1 and L0 share.
 
+What the tier modules have in common lives here and nowhere else, so that ``_l0``, ``_l1`` and ``_l2``
+are flat siblings that never import each other: the key of a cached copy (``ModelKey``), the block
+alignment O_DIRECT needs (``ALIGN``, ``round_up``) and the accounting below.
+
 Each tier module (``_l2``, ``_l1``, ``_l0``) owns what a tier *stores* (files, a host pool, device
 buffers) and hands this class two callbacks: ``place`` to allocate room for an entry and ``release`` to
 free it. Accounting, eviction choice, pins, the prefetch TTL and the metrics live here, so the budget
@@ -19,10 +23,19 @@ from typing import Generic, TypeVar
 from executor import _metrics
 from prewarm import CapacityError, PlacementFailed, Tier, lru_victims
 
-__all__ = ["Entry", "TierCache"]
+__all__ = ["ALIGN", "Entry", "ModelKey", "TierCache", "round_up"]
+
+# L1 and L0 entries are keyed by ``ModelSpec.key`` = (id, version, sha256): after the catalog moves a
+# model to a new version, a lookup with the new key cannot find the old copy, whatever is still resident.
+ModelKey = tuple[str, str, str | None]
+ALIGN = 4096  # O_DIRECT wants offsets, lengths and addresses aligned to the logical block size
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+
+def round_up(n: int, align: int = ALIGN) -> int:
+    return -(-n // align) * align
 
 
 @dataclass

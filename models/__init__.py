@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from models._catalog import CATALOG_VERSION, Catalog, CatalogProblem, CatalogWatcher
-from models._spec import SUPPORTED_SCHEMES, ModelSpec, PriorityClass
+from models._spec import ModelSpec, PriorityClass
 from models._synth import TransformerShape, shape_for_size, synth_catalog, write_safetensors
 
 __all__ = [
     "CATALOG_VERSION",
-    "SUPPORTED_SCHEMES",
     "Catalog",
     "CatalogProblem",
     "CatalogWatcher",

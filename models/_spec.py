@@ -8,11 +8,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from prewarm import ModelId
+from prewarm import ModelId, known_schemes
 
-__all__ = ["SUPPORTED_SCHEMES", "ModelSpec", "PriorityClass"]
+__all__ = ["ModelSpec", "PriorityClass"]
 
-SUPPORTED_SCHEMES = ("s3", "file")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -43,9 +42,11 @@ class ModelSpec(BaseModel):
     @field_validator("uri")
     @classmethod
     def _uri(cls, value: str) -> str:
+        # The spine's registry, read at validation time: a store registered after import counts.
         scheme, sep, rest = value.partition("://")
-        if not sep or scheme not in SUPPORTED_SCHEMES:
-            raise ValueError(f"uri scheme must be one of {', '.join(s + '://' for s in SUPPORTED_SCHEMES)}")
+        schemes = known_schemes()
+        if not sep or scheme not in schemes:
+            raise ValueError(f"uri scheme must be one of {', '.join(s + '://' for s in schemes)}")
         if not rest or (rest.startswith("/") and scheme == "s3"):
             raise ValueError("uri has no bucket or path")
         return value

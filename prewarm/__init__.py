@@ -1,8 +1,9 @@
 """prewarm: predictive model prefetch for multi-model inference platforms.
 
 The spine every other package builds on: settings, wire schemas, the exception tree, model ids, units,
-logging and metrics, and the order semantics (admission, what an order does to a node's copies, LRU
-victims) that the planner, the executor and the simulator share. It imports none of the other packages.
+logging and metrics, the registry of URI schemes a catalog accepts, and the order semantics (admission,
+what an order does to a node's copies, LRU victims) that the planner, the executor and the simulator
+share. It imports none of the other packages.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from prewarm._schemas import (
     TierState,
     parse_request_event,
 )
+from prewarm._schemes import known_schemes, register_scheme
 from prewarm._settings import (
     CoreSettings,
     ExecutorSettings,
@@ -142,6 +144,7 @@ __all__ = [
     "effect",
     "format_bytes",
     "get_logger",
+    "known_schemes",
     "load_path",
     "load_settings",
     "lru_victims",
@@ -149,5 +152,6 @@ __all__ = [
     "parse_bytes",
     "parse_overrides",
     "parse_request_event",
+    "register_scheme",
     "validate_model_id",
 ]

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from executor import FileStore
 from executor._l1 import RangeAllocator
-from executor._l3 import OnPiece
 from executor._priority import LinkGate
+from executor._stores import OnPiece
 from executor._tier import Entry
 from models import Catalog
 from prewarm import CapacityError, PrewarmError, Tier, lru_victims
@@ -188,21 +188,17 @@ def test_prefetch_becomes_demand_when_a_request_waits_for_the_same_model() -> No
         assert blocked.is_set()
 
 
-class _SlowStore:
-    """Wraps a FileStore: each range takes a little time, so transfers overlap in a test."""
+class _SlowStore(FileStore):
+    """A FileStore whose every range takes a little time, so transfers overlap in a test."""
 
-    def __init__(self, inner: object, delay: float) -> None:
-        self._inner = inner
-        self._delay = delay
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._inner, name)
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
 
     def read_range_into(
         self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
     ) -> None:
-        time.sleep(self._delay)
-        self._inner.read_range_into(uri, start, dest, on_piece)  # type: ignore[attr-defined]
+        time.sleep(self.delay)
+        super().read_range_into(uri, start, dest, on_piece)
 
 
 def test_demand_load_finishes_before_a_prefetch_started_earlier(
@@ -211,8 +207,11 @@ def test_demand_load_finishes_before_a_prefetch_started_earlier(
     big = make_model(tmp_path / "w", "big", seed=1, layers=8)
     small = make_model(tmp_path / "w", "small", seed=2, layers=2)
     part = 64 * 1024
-    executor = make_executor(Catalog([big, small]), s3=s3_settings(s3_part_bytes=part, s3_concurrency=4))
-    executor._stores["file"] = _SlowStore(FileStore(), delay=0.05)  # type: ignore[assignment]
+    executor = make_executor(
+        Catalog([big, small]),
+        s3=s3_settings(s3_part_bytes=part, s3_concurrency=4),
+        stores={"file": _SlowStore(delay=0.05)},
+    )
     finished: list[str] = []
 
     def load(model: str, demand: bool) -> None:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from executor_testkit import ExecutorFactory, make_model, serves
 
 from executor import Executor, FileStore, LoadResult
-from executor._l2 import round_up
-from executor._l3 import OnPiece
+from executor._pipeline import StagingRing
+from executor._stores import OnPiece
+from executor._tier import round_up
 from models import Catalog
 from prewarm import (
     CapacityError,
@@ -64,10 +64,9 @@ def test_load_walks_down_the_tiers_and_reports_each_hop(
 def test_cold_load_to_l0_streams_l3_to_every_tier_in_one_pass(
     catalog: Catalog, make_executor: ExecutorFactory, structure: str
 ) -> None:
-    executor = make_executor(catalog)
     # CUDA: into L1 and L2, each part copied on to the device as it is hashed. The CPU device downloads
     # into the L0 buffer itself (L1 would hold the same bytes twice in the same RAM).
-    executor._direct_l0 = structure == "cpu-direct"
+    executor = make_executor(catalog, direct_l0=structure == "cpu-direct")
     result = executor.ensure("m1", Tier.L0)
 
     assert result.served_from is Tier.L3
@@ -83,8 +82,8 @@ def test_cold_load_to_l0_streams_l3_to_every_tier_in_one_pass(
 def test_l2_to_l0_overlaps_and_gives_the_right_tensors(
     catalog: Catalog, make_executor: ExecutorFactory
 ) -> None:
-    executor = make_executor(catalog)
-    executor._direct_l0 = False  # the CUDA structure: read into L1, copy each chunk on as it lands
+    # The CUDA structure: read into L1, copy each chunk on as it lands.
+    executor = make_executor(catalog, direct_l0=False)
     executor.ensure("m2", Tier.L2)
     result = executor.ensure("m2", Tier.L0)
     assert result.served_from is Tier.L2
@@ -198,7 +197,6 @@ def test_unknown_model_and_missing_sha256_are_refused(
 def test_concurrent_loads_of_one_model_download_once(
     catalog: Catalog, make_executor: ExecutorFactory
 ) -> None:
-    executor = make_executor(catalog)
     reads: list[int] = []
 
     class Counting(FileStore):
@@ -208,7 +206,7 @@ def test_concurrent_loads_of_one_model_download_once(
             reads.append(start)
             super().read_range_into(uri, start, dest, on_piece)
 
-    executor._stores["file"] = Counting()
+    executor = make_executor(catalog, stores={"file": Counting()})
     results: list[LoadResult] = []
     threads = [
         threading.Thread(target=lambda: results.append(executor.ensure("m0", Tier.L1))) for _ in range(6)
@@ -299,21 +297,17 @@ def test_state_reports_every_tier(catalog: Catalog, make_executor: ExecutorFacto
 
 @pytest.mark.parametrize("start_in", [Tier.L2, Tier.L3])
 def test_model_bigger_than_l1_reaches_l0_through_a_staging_ring(
-    catalog: Catalog, make_executor: ExecutorFactory, start_in: Tier, monkeypatch: pytest.MonkeyPatch
+    catalog: Catalog, make_executor: ExecutorFactory, start_in: Tier
 ) -> None:
-    import executor._executor as module
+    rings: list[StagingRing] = []
 
-    rings: list[object] = []
-    real_ring = module.StagingRing
-
-    def counting_ring(*args: Any, **kwargs: Any) -> object:
-        rings.append(real_ring(*args, **kwargs))
+    def counting_ring(slots: int, chunk_bytes: int, *, pinned: bool) -> StagingRing:
+        rings.append(StagingRing(slots, chunk_bytes, pinned=pinned))
         return rings[-1]
 
-    monkeypatch.setattr(module, "StagingRing", counting_ring)
     size = catalog["m0"].size_bytes
-    executor = make_executor(catalog, l1_budget_bytes=size // 2)
-    executor._direct_l0 = False  # the CUDA structure (the CPU device reads straight into L0)
+    # The CUDA structure (the CPU device reads straight into L0).
+    executor = make_executor(catalog, l1_budget_bytes=size // 2, direct_l0=False, staging_ring=counting_ring)
     if start_in is Tier.L2:
         executor.ensure("m0", Tier.L2)
 
@@ -419,18 +413,25 @@ def test_model_evicted_while_in_use_stays_if_wanted_again(
 def test_demotion_to_l2_writes_from_memory_without_downloading(
     catalog: Catalog, make_executor: ExecutorFactory, held_in: Tier
 ) -> None:
-    executor = make_executor(catalog)
+    reads: list[int] = []
+
+    class Counting(FileStore):
+        armed = False  # reads for real until armed; then records what is asked and reads nothing
+
+        def read_range_into(
+            self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
+        ) -> None:
+            if not self.armed:
+                return super().read_range_into(uri, start, dest, on_piece)
+            reads.append(start)
+
+    store = Counting()
+    executor = make_executor(catalog, stores={"file": store})
     executor.ensure("m1", held_in)
     executor._evict_one("m1", Tier.L2)
     if held_in is Tier.L0:
         executor._evict_one("m1", Tier.L1)  # only the device holds it
-    reads: list[int] = []
-
-    class Counting(FileStore):
-        def read_range_into(self, uri: str, start: int, dest: memoryview, on_piece: object = None) -> None:
-            reads.append(start)
-
-    executor._stores["file"] = Counting()
+    store.armed = True
 
     result = executor.ensure("m1", Tier.L2)
 

@@ -15,9 +15,10 @@ from executor_testkit import CHUNK, ExecutorFactory, flip_byte, make_model, s3_s
 
 from executor import FileStore
 from executor._hostmem import host_buffer, populate
-from executor._l2 import ChunkDigester, L2Cache, L2Reader, PartWrite, round_up
-from executor._l3 import OnPiece
+from executor._l2 import ChunkDigester, L2Cache, L2Reader, PartWrite
 from executor._pipeline import host_view
+from executor._stores import OnPiece
+from executor._tier import round_up
 from models import Catalog, ModelSpec
 from prewarm import IntegrityError, ObjectStoreError, StorageError, Tier
 
@@ -112,25 +113,27 @@ def test_leftovers_of_a_crash_are_cleaned_at_start(
 
 
 class _DyingStore(FileStore):
-    """Serves the first ``budget`` ranges, then fails like a server that went away."""
+    """Serves the first ``budget`` ranges, then fails like a server that went away (until the budget is
+    set to None: the server is back)."""
 
     def __init__(self, budget: int) -> None:
-        self.budget = budget
+        self.budget: int | None = budget
 
     def read_range_into(
         self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
     ) -> None:
-        self.budget -= 1
-        if self.budget < 0:
-            raise ObjectStoreError("store went away", transient=True)
+        if self.budget is not None:
+            self.budget -= 1
+            if self.budget < 0:
+                raise ObjectStoreError("store went away", transient=True)
         super().read_range_into(uri, start, dest, on_piece)
 
 
 def test_failed_download_leaves_nothing_visible_and_budgets_whole(
     catalog: Catalog, make_executor: ExecutorFactory
 ) -> None:
-    executor = make_executor(catalog)
-    executor._stores["file"] = _DyingStore(budget=3)
+    store = _DyingStore(budget=3)
+    executor = make_executor(catalog, stores={"file": store})
 
     with pytest.raises(ObjectStoreError):
         executor.ensure("m0", Tier.L0)
@@ -138,7 +141,7 @@ def test_failed_download_leaves_nothing_visible_and_budgets_whole(
     assert all(t.used_bytes == 0 for t in executor.state().tiers)
     assert not any(p.is_file() for p in (executor.l2.root / "objects").rglob("*"))
     assert not list((executor.l2.root / "tmp").iterdir())
-    executor._stores["file"] = FileStore()
+    store.budget = None
     assert executor.ensure("m0", Tier.L0).served_from is Tier.L3
 
 

@@ -9,8 +9,9 @@ import pytest
 from executor_testkit import CHUNK, ExecutorFactory, flip_byte, serves
 
 from executor import FileStore
-from executor import _executor as executor_module
-from executor._l2 import ALIGN, L2Reader, round_up
+from executor import _hops as hops_module
+from executor._l2 import L2Reader
+from executor._tier import ALIGN, round_up
 from models import Catalog
 from prewarm import IntegrityError, PrewarmError, Tier
 
@@ -26,7 +27,8 @@ def test_cpu_l2_to_l0_reads_straight_into_the_device_buffer(
     catalog: Catalog, make_executor: ExecutorFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = catalog["m2"]
-    executor = make_executor(catalog)
+    # No intermediate of any size: no staging ring, no host-to-device copier, no L1 block.
+    executor = make_executor(catalog, staging_ring=_forbid("a staging ring"))
     executor.ensure("m2", Tier.L2)
     reads: list[tuple[int, int]] = []
     read_chunk = L2Reader.read_chunk
@@ -36,9 +38,7 @@ def test_cpu_l2_to_l0_reads_straight_into_the_device_buffer(
         return read_chunk(self, index, out, out_address)
 
     monkeypatch.setattr(L2Reader, "read_chunk", spy)
-    # No intermediate of any size: no staging ring, no host-to-device copier, no L1 block.
-    monkeypatch.setattr(executor_module, "StagingRing", _forbid("a staging ring"))
-    monkeypatch.setattr(executor_module, "DeviceCopier", _forbid("a device copy"))
+    monkeypatch.setattr(hops_module, "DeviceCopier", _forbid("a device copy"))
 
     result = executor.ensure("m2", Tier.L0, demand=True)
 

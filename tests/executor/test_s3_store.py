@@ -106,8 +106,11 @@ def test_store_reports_size_and_sha256_like_the_catalog(uploaded: ModelSpec, s3_
 def test_load_from_s3_streams_to_l0_and_l2_in_one_pass(
     uploaded: ModelSpec, s3_endpoint: str, weights_dir: Path, make_executor: ExecutorFactory, structure: str
 ) -> None:
-    executor = make_executor(Catalog([uploaded]), s3=s3_settings(s3_endpoint=s3_endpoint))
-    executor._direct_l0 = structure == "cpu-direct"  # "cuda": through L1, device copies per part
+    executor = make_executor(
+        Catalog([uploaded]),
+        s3=s3_settings(s3_endpoint=s3_endpoint),
+        direct_l0=structure == "cpu-direct",  # "cuda": through L1, device copies per part
+    )
     result = executor.ensure("s3m", Tier.L0)
     assert result.served_from is Tier.L3
     assert set(result.seconds_per_hop) == {"L3->L0"}
@@ -130,8 +133,8 @@ def test_s3_server_killed_mid_download_leaves_no_partial_file_and_load_succeeds_
     proxy = KillableProxy((parsed.hostname or "127.0.0.1", parsed.port or 80))
     proxy.kill_after_bytes = uploaded.size_bytes // 2
     s3 = s3_settings(s3_endpoint=proxy.url, s3_part_bytes=128 * 1024, s3_max_attempts=2)
-    executor = make_executor(Catalog([uploaded]), s3=s3)
-    executor._direct_l0 = structure == "cpu-direct"  # "cuda": L1 and L0 both reserved for the download
+    # "cuda": L1 and L0 both reserved for the download.
+    executor = make_executor(Catalog([uploaded]), s3=s3, direct_l0=structure == "cpu-direct")
 
     with pytest.raises(ObjectStoreError) as err:
         executor.ensure("s3m", target)

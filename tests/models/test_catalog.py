@@ -8,7 +8,7 @@ from safetensors import safe_open
 from typer.testing import CliRunner
 
 from models import Catalog, CatalogProblem, ModelSpec, synth_catalog
-from prewarm import UnknownModel
+from prewarm import UnknownModel, register_scheme
 from prewarm_cli import app
 
 GOOD_SHA = "ab" * 32
@@ -133,3 +133,11 @@ def test_watcher_returns_a_changed_catalog_once_and_skips_a_broken_one(tmp_path:
     _write(path, [_entry(id="../etc")])
     os.utime(path, (2, 2))
     assert watcher.poll() is None  # invalid: logged, the service keeps what it has
+
+
+def test_a_scheme_registered_in_the_spine_makes_catalog_uris_valid() -> None:
+    uri = "prewarm-test-catalog://bucket/w.safetensors"
+    with pytest.raises(ValueError, match="scheme"):
+        ModelSpec.model_validate(_entry(uri=uri))
+    register_scheme("prewarm-test-catalog")
+    assert ModelSpec.model_validate(_entry(uri=uri)).uri == uri

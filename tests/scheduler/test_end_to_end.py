@@ -20,7 +20,7 @@ from live_builders import MB, executor_for, models, tier_of, wait_until
 from scheduler_builders import settings_for_stack
 
 import forecaster
-from executor.daemon import ExecutorDaemon
+from executor import ExecutorDaemon
 from ingest import DemandStore, IngestConsumer, RequestLogProducer, replay_frame
 from prewarm import Settings, Tier
 from scheduler import Cluster

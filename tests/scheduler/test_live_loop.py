@@ -17,8 +17,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from live_builders import MB, executor_for, models, tier_of, wait_until
 from scheduler_builders import settings_for_stack
 
-from executor import Executor
-from executor.daemon import ExecutorDaemon
+from executor import Executor, ExecutorDaemon
 from models import Catalog
 from prewarm import (
     Hint,

@@ -1,72 +1,64 @@
-"""The executor as a long-running node daemon: orders in, state out, a local load API for inference servers.
+"""The executor as a long-running node daemon: orders in, state out, and the local load API.
 
 * Orders: the node follows ``prewarm.orders`` in its own consumer group and applies the records keyed
   by its name. Demand orders (a request is waiting) go to their own lane, so they never queue behind a
   long prefetch; the executor pre-empts the prefetch on the shared link. Everything else is applied in
   the order published, which keeps "demote X" ahead of "prefetch Y". An offset is committed only once
-  its order was applied, and the executor skips an order it has seen (by id) or whose deadline passed.
+  its order was applied (``_offsets``), and the executor skips an order it has seen (by id) or whose
+  deadline passed.
 * State: the node's ``ExecutorState`` goes to the compacted ``prewarm.executor-state`` topic, keyed by
   node, every ``state_interval_s`` and right after each order or load.
-* HTTP: ``POST /v1/load {"model"}`` returns once the model is in L0, with the tier it came from and the
-  wait; ``GET /v1/state``, ``/healthz``, ``/metrics``.
+* HTTP: the load API (``_http``), served by ``run_forever``.
 
-Only the spine, the catalog, the executor and kafka-python are imported: this runs on the GPU node.
+Every kafka-python call goes through the spine's ``broker_errors``, so what stops a loop is a
+``BrokerError``. Only the spine, the catalog, the executor, FastAPI and kafka-python are imported: this
+runs on the GPU node.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from fastapi import FastAPI
-from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
-from kafka.errors import KafkaError
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from executor import Executor
+from executor._executor import Executor
+from executor._http import create_app
+from executor._offsets import OffsetTracker
 from models import CatalogWatcher
-from prewarm import (
-    BrokerError,
-    CapacityError,
-    InvalidInput,
-    KafkaSettings,
-    ModelId,
-    Order,
-    OrderOutcome,
-    OrderStatus,
-    PrewarmError,
-    Tier,
-    UnknownModel,
-    get_logger,
-)
-from prewarm._metrics import counter, histogram, render
+from prewarm import BrokerError, KafkaSettings, Order, OrderOutcome, OrderStatus, PrewarmError, get_logger
+from prewarm._metrics import counter
 from prewarm.kafka import bootstrap_servers, broker_errors, ensure_control_topics
 
-__all__ = ["ExecutorDaemon", "LoadRequest"]
+__all__ = ["ExecutorDaemon", "commit_due", "run_forever"]
 
 log = get_logger(__name__)
 
 _ORDERS_SEEN = counter(
     "prewarm_executor_daemon_orders_total", "Orders read for this node, by outcome status.", ["status"]
 )
-_LOAD_WAIT = histogram(
-    "prewarm_executor_load_wait_seconds",
-    "Wait of POST /v1/load until the model was in L0, by the tier it came from.",
-    ["served_from"],
-    buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 180),
-)
 
 
-class LoadRequest(BaseModel):
-    model: ModelId
+class Committer(Protocol):
+    """What committing needs of a consumer (``KafkaConsumer.commit``)."""
+
+    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None: ...
+
+
+def commit_due(consumer: Committer, offsets: OffsetTracker[TopicPartition]) -> None:
+    """Commit what ``offsets`` says is safe and new. Call it from the consumer's own thread
+    (kafka-python clients are not thread-safe); raises what the consumer raises."""
+    due = offsets.due()
+    if due:
+        consumer.commit({tp: OffsetAndMetadata(off, "", -1) for tp, off in due.items()})
+        offsets.committed(due)
 
 
 class ExecutorDaemon:
@@ -91,12 +83,8 @@ class ExecutorDaemon:
         self._stop = threading.Event()
         self._state_due = threading.Event()
         self._queue: queue.Queue[tuple[TopicPartition, int, Order]] = queue.Queue()
-        # Commit bookkeeping: the next offset read per partition, and the offsets read but not yet applied.
         # The committed offset never passes an unapplied order, whatever was read after it.
-        self._read_to: dict[TopicPartition, int] = {}
-        self._open: dict[TopicPartition, set[int]] = {}
-        self._committed: dict[TopicPartition, int] = {}
-        self._done_lock = threading.Lock()
+        self._offsets: OffsetTracker[TopicPartition] = OffsetTracker()
         self._demand_lane = ThreadPoolExecutor(2, thread_name_prefix="prewarm-demand")
         self._threads: list[threading.Thread] = []
         self._producer: KafkaProducer | None = None
@@ -162,27 +150,32 @@ class ExecutorDaemon:
             self.error = exc
             log.error("cannot follow orders", extra={"error": str(exc)})
             return
-        key = self.node.encode()
         try:
-            while not self._stop.is_set():
-                for tp, records in consumer.poll(timeout_ms=200).items():
-                    for record in records:
-                        order = self._parse(record.value) if record.key == key else None
-                        self._mark_read(tp, record.offset, pending=order is not None)
-                        if order is None:
-                            continue
-                        if order.demand:
-                            self._demand_lane.submit(self._apply_and_mark, tp, record.offset, order)
-                        else:
-                            self._queue.put((tp, record.offset, order))
-                self._commit(consumer)
-        except KafkaError as exc:
-            self.error = BrokerError(f"follow orders: {exc}", transient=True)
+            with broker_errors("follow orders"):
+                self._follow(consumer)
+        except BrokerError as exc:
+            self.error = exc
             log.error("order consumer stopped", extra={"error": str(exc)})
         finally:
-            with suppress(KafkaError):
-                self._commit(consumer)
+            # Best effort on the way out: what is not committed now is applied again (and skipped by id).
+            with suppress(BrokerError), broker_errors("commit offsets"):
+                commit_due(consumer, self._offsets)
             consumer.close()
+
+    def _follow(self, consumer: KafkaConsumer) -> None:
+        key = self.node.encode()
+        while not self._stop.is_set():
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                for record in records:
+                    order = self._parse(record.value) if record.key == key else None
+                    self._offsets.read(tp, record.offset, pending=order is not None)
+                    if order is None:
+                        continue
+                    if order.demand:
+                        self._demand_lane.submit(self._apply_and_mark, tp, record.offset, order)
+                    else:
+                        self._queue.put((tp, record.offset, order))
+            commit_due(consumer, self._offsets)
 
     def _parse(self, value: bytes) -> Order | None:
         try:
@@ -191,27 +184,6 @@ class ExecutorDaemon:
             log.warning("skipping an order that does not parse", extra={"error": str(exc)[:200]})
             _ORDERS_SEEN.labels("unreadable").inc()
             return None
-
-    def _mark_read(self, tp: TopicPartition, offset: int, *, pending: bool) -> None:
-        with self._done_lock:
-            self._read_to[tp] = max(self._read_to.get(tp, 0), offset + 1)
-            if pending:
-                self._open.setdefault(tp, set()).add(offset)
-
-    def _mark_done(self, tp: TopicPartition, offset: int) -> None:
-        with self._done_lock:
-            self._open.get(tp, set()).discard(offset)
-
-    def _commit(self, consumer: KafkaConsumer) -> None:
-        # Committed from the consumer's own thread (kafka-python clients are not thread-safe).
-        with self._done_lock:
-            safe = {
-                tp: min(self._open[tp]) if self._open.get(tp) else end for tp, end in self._read_to.items()
-            }
-            due = {tp: off for tp, off in safe.items() if self._committed.get(tp) != off}
-        if due:
-            consumer.commit({tp: OffsetAndMetadata(off, "", -1) for tp, off in due.items()})
-            self._committed.update(due)
 
     def _work(self) -> None:
         while not self._stop.is_set():
@@ -229,7 +201,7 @@ class ExecutorDaemon:
             # every expected failure into a FAILED outcome; this is for the unexpected).
             log.exception("applying an order raised", extra={"order": order.id, "model": order.model})
         finally:
-            self._mark_done(tp, offset)
+            self._offsets.done(tp, offset)
 
     def _apply(self, order: Order) -> OrderOutcome:
         outcome = self.executor.apply(order)
@@ -268,56 +240,10 @@ class ExecutorDaemon:
     # ------------------------------------------------------------------ HTTP
 
     def app(self) -> FastAPI:
-        app = FastAPI(
-            title=f"prewarm executor {self.node}", description="Local load API for inference servers."
+        """The local load API; a load makes the next state report go out at once."""
+        return create_app(
+            self.executor, node=self.node, healthy=lambda: self.error is None, loaded=self._state_due.set
         )
-
-        @app.post("/v1/load", summary="Return once the model is in GPU memory (L0)")
-        async def load(request: LoadRequest) -> JSONResponse:
-            started = time.perf_counter()
-            try:
-                result = await run_in_threadpool(self.executor.ensure, request.model, Tier.L0, demand=True)
-            except UnknownModel as exc:
-                return _error(404, str(exc))
-            except CapacityError as exc:
-                return _error(507, str(exc))
-            except InvalidInput as exc:
-                return _error(422, str(exc))
-            except PrewarmError as exc:
-                return _error(503, str(exc))
-            wait = time.perf_counter() - started
-            _LOAD_WAIT.labels(result.served_from.value).observe(wait)
-            self._state_due.set()
-            body = {
-                "model": result.model,
-                "version": result.version,
-                "tier": Tier.L0.value,
-                "served_from": result.served_from.value,
-                "wait_s": round(wait, 6),
-                "seconds_per_hop": result.to_json()["seconds_per_hop"],
-            }
-            return JSONResponse(body)
-
-        @app.get("/v1/state", summary="What this node holds, as published to the scheduler")
-        def state() -> dict[str, Any]:
-            return self.executor.state().model_dump(mode="json")
-
-        @app.get("/healthz")
-        def healthz() -> JSONResponse:
-            ok = self.error is None
-            return JSONResponse(
-                {"status": "ok" if ok else "degraded", "node": self.node}, status_code=200 if ok else 503
-            )
-
-        @app.get("/metrics")
-        def metrics() -> Response:
-            return Response(render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-        return app
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": status, "message": message}, status_code=status)
 
 
 def run_forever(daemon: ExecutorDaemon, host: str, port: int) -> None:

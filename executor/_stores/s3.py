@@ -1,157 +1,27 @@
-"""L3: object stores behind one small interface, ``s3://`` through boto3 and ``file://`` for embedded mode.
+"""``s3://`` objects on AWS or any S3-compatible endpoint, and the botocore boundary.
 
-The executor only ever asks three things of L3: how big an object is, a byte range of it, and (for
-``prewarm models register``) its sha256. Ranges are what make the download parallel: the pipeline
-issues ``s3_concurrency`` ranged GETs of ``s3_part_bytes`` at a time. Retries with backoff happen per
-range, here, on errors classified transient; everything botocore raises is translated at this boundary
-into ``ObjectStoreError`` naming the endpoint, so callers (and the CLI) print one line, never a trace.
-boto3 is imported only when an ``s3://`` store is opened: a GPU node in embedded mode does not need it.
-``MemoryStore`` serves one object from host or device memory, so a demotion to L2 reuses the download
-path.
+Retries with backoff happen per range, here, on errors classified transient; everything botocore raises
+is translated at this boundary into ``ObjectStoreError`` naming the endpoint, so callers (and the CLI)
+print one line, never a trace. boto3 is imported only when an ``S3Store`` is built: importing this
+module costs nothing, and a GPU node in embedded mode never needs boto3.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
-import torch
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from executor._stores.base import PIECE, ObjectStore, OnPiece
 from prewarm import ObjectStoreError, S3Settings, get_logger
 
-__all__ = ["FileStore", "ObjectStore", "S3Store", "open_store", "register_store"]
+__all__ = ["S3Store"]
 
 log = get_logger(__name__)
 _T = TypeVar("_T")
-_HASH_BLOCK = 8 * 2**20
-# Ranges are received in pieces of this size and handed on (to the L2 writer) while still in the CPU
-# cache; writing whole 32 MiB parts from cold memory ran at half the rate of boto3's download_file.
-PIECE = 1 * 2**20
-OnPiece = Callable[[int, int], None]
-
-
-class ObjectStore(ABC):
-    """What L3 offers. Implementations are thread-safe: ranges are read from many threads at once."""
-
-    scheme: str
-
-    @abstractmethod
-    def size(self, uri: str) -> int:
-        """The object's size in bytes."""
-
-    @abstractmethod
-    def read_range(self, uri: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)``; exactly ``end - start`` of them or an ``ObjectStoreError``."""
-
-    def read_range_into(
-        self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
-    ) -> None:
-        """Bytes ``[start, start + len(dest))`` straight into ``dest`` (an L1 buffer): no extra copy.
-
-        ``on_piece(a, b)`` is called as ``dest[a:b]`` lands, in pieces of about ``PIECE`` bytes, so the
-        caller can write them on while they are still in the CPU cache. A retried range repeats pieces.
-        """
-        dest[:] = self.read_range(uri, start, start + len(dest))
-        if on_piece is not None:
-            for a in range(0, len(dest), PIECE):
-                on_piece(a, min(a + PIECE, len(dest)))
-
-    def iter_bytes(self, uri: str, block: int = _HASH_BLOCK) -> Iterator[bytes]:
-        size = self.size(uri)
-        for start in range(0, size, block):
-            yield self.read_range(uri, start, min(start + block, size))
-
-    def sha256(self, uri: str) -> str:
-        """Streamed: memory stays at one block whatever the object's size."""
-        digest = hashlib.sha256()
-        for block in self.iter_bytes(uri):
-            digest.update(block)
-        return digest.hexdigest()
-
-
-class FileStore(ObjectStore):
-    """``file:///abs/path``: embedded mode and tests; the same ranged reads as S3."""
-
-    scheme = "file"
-
-    @staticmethod
-    def path(uri: str) -> Path:
-        parsed = urlparse(uri)
-        if parsed.scheme != "file":
-            raise ObjectStoreError(f"not a file:// uri: {uri}")
-        return Path(unquote(parsed.path))
-
-    def size(self, uri: str) -> int:
-        try:
-            return self.path(uri).stat().st_size
-        except OSError as exc:
-            raise ObjectStoreError(f"file store: cannot stat {uri}: {exc.strerror}") from exc
-
-    def read_range_into(
-        self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
-    ) -> None:
-        try:
-            fd = os.open(self.path(uri), os.O_RDONLY)
-        except OSError as exc:
-            raise ObjectStoreError(f"file store: cannot open {uri}: {exc.strerror}") from exc
-        try:
-            done = 0
-            while done < len(dest):
-                n = os.preadv(fd, [dest[done : done + PIECE]], start + done)
-                if n <= 0:
-                    raise ObjectStoreError(f"file store: {uri} is shorter than {start + len(dest)} bytes")
-                if on_piece is not None:
-                    on_piece(done, done + n)
-                done += n
-        finally:
-            os.close(fd)
-
-    def read_range(self, uri: str, start: int, end: int) -> bytes:
-        try:
-            fd = os.open(self.path(uri), os.O_RDONLY)
-        except OSError as exc:
-            raise ObjectStoreError(f"file store: cannot open {uri}: {exc.strerror}") from exc
-        try:
-            data = os.pread(fd, end - start, start)
-        finally:
-            os.close(fd)
-        if len(data) != end - start:
-            raise ObjectStoreError(f"file store: {uri} is shorter than {end} bytes")
-        return data
-
-
-class MemoryStore(ObjectStore):
-    """One object already in memory (an L1 block, or an L0 buffer on any device), so a demotion to L2
-    reuses the verified L3 → L2 write path (temp file, digests, sha256 check, rename) without touching
-    the network. Given the object's own memory as the destination (an L1 block), nothing is copied."""
-
-    scheme = "memory"
-
-    def __init__(self, buffer: torch.Tensor) -> None:
-        self._buffer = buffer  # flat uint8, the object's bytes
-
-    def size(self, uri: str) -> int:
-        return self._buffer.numel()
-
-    def read_range(self, uri: str, start: int, end: int) -> bytes:
-        return bytes(self._buffer[start:end].cpu().numpy())
-
-    def read_range_into(
-        self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
-    ) -> None:
-        out = torch.frombuffer(dest, dtype=torch.uint8)
-        source = self._buffer[start : start + len(dest)]
-        if out.data_ptr() != source.data_ptr():
-            out.copy_(source)  # device to host when the object is in device memory
-        if on_piece is not None:
-            for a in range(0, len(dest), PIECE):
-                on_piece(a, min(a + PIECE, len(dest)))
 
 
 def _split_s3(uri: str) -> tuple[str, str]:
@@ -329,25 +199,3 @@ class S3Store(ObjectStore):
                 self._client.create_bucket(Bucket=bucket)
 
         self._call(f"create bucket {bucket}", create)
-
-
-_FACTORIES: dict[str, Callable[[S3Settings], ObjectStore]] = {
-    "file": lambda _settings: FileStore(),
-    "s3": S3Store,
-}
-
-
-def register_store(scheme: str, factory: Callable[[S3Settings], ObjectStore]) -> None:
-    """Add an object store for another uri scheme (a registry, like vLLM's model loaders)."""
-    _FACTORIES[scheme] = factory
-
-
-def open_store(uri: str, s3: S3Settings) -> ObjectStore:
-    """The object store that serves ``uri`` (``s3://bucket/key`` or ``file:///path``)."""
-    scheme = uri.partition("://")[0]
-    factory = _FACTORIES.get(scheme)
-    if factory is None:
-        raise ObjectStoreError(
-            f"no object store for {scheme!r} uris (known: {', '.join(sorted(_FACTORIES))})"
-        )
-    return factory(s3)
