@@ -90,8 +90,10 @@ def test_hint_to_a_running_scheduler_reaches_a_running_executor(
         except httpx.HTTPError:
             return False
 
-    wait_for(lambda: up(f"http://127.0.0.1:{api}/readyz"), 60, "the scheduler to be ready")
-    wait_for(lambda: up(f"http://127.0.0.1:{load_api}/healthz"), 60, "the executor to be healthy")
+    # Each process imports torch, pandas and MLflow first: on two busy shared cores that alone has taken
+    # most of a minute, so the deadline is generous (the wait ends as soon as the process answers).
+    wait_for(lambda: up(f"http://127.0.0.1:{api}/readyz"), 120, "the scheduler to be ready")
+    wait_for(lambda: up(f"http://127.0.0.1:{load_api}/healthz"), 120, "the executor to be healthy")
     hint = httpx.post(
         f"http://127.0.0.1:{api}/v1/hints",
         json={"model": "m0"},
