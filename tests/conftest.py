@@ -16,7 +16,8 @@ from urllib.parse import urlparse
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# Public trace samples committed with the repository (their source and licence: data/README.md).
+AZURE_SAMPLES = REPO / "data" / "azure-format-samples"
 
 
 def _stack_env() -> dict[str, str]:
@@ -111,6 +112,13 @@ def mlflow_uri() -> str:
     _need("mlflow", "MLFLOW_TRACKING_URI", _url_address(value))
     assert value is not None
     return value
+
+
+@pytest.fixture(scope="session")
+def azure_samples() -> Path:
+    """The folder of Azure Functions trace samples; a clone without it is broken, so no skip."""
+    assert (AZURE_SAMPLES / "invocations.csv").is_file(), f"missing {AZURE_SAMPLES}: see data/README.md"
+    return AZURE_SAMPLES
 
 
 @pytest.fixture

@@ -12,9 +12,6 @@ from typer.testing import CliRunner
 from ingest._synthetic import generate
 from prewarm_cli import app
 
-AZURE_SAMPLE = (
-    Path(__file__).resolve().parents[3] / "shared" / "data" / "azure-format-samples" / "invocations.csv"
-)
 DAY = 86400
 
 
@@ -56,7 +53,7 @@ def test_backtest_from_a_requests_trace_writes_the_documented_json(tmp_path: Pat
     assert report["reliability"]
 
 
-def test_backtest_of_the_azure_2019_sample_runs_on_a_single_day(tmp_path: Path) -> None:
+def test_backtest_of_the_azure_2019_sample_runs_on_a_single_day(tmp_path: Path, azure_samples: Path) -> None:
     out = tmp_path / "azure.json"
     result = CliRunner().invoke(
         app,
@@ -64,7 +61,7 @@ def test_backtest_of_the_azure_2019_sample_runs_on_a_single_day(tmp_path: Path) 
             "forecast",
             "backtest",
             "--trace",
-            str(AZURE_SAMPLE),
+            str(azure_samples / "invocations.csv"),
             "--format",
             "azure2019",
             "--train-until",

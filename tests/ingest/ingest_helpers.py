@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
+from wait_helpers import wait_for
 
 from ingest import DeadLetter, DemandStore, RequestLogProducer, decode_dead_letter, encode_event
 from ingest._kafka import create_topic
@@ -51,10 +52,12 @@ def read_all(kafka: KafkaSettings, topic: str, expected: int, timeout_s: float =
     try:
         deadline = time.monotonic() + timeout_s
         partitions: set[int] = set()
-        while not partitions and time.monotonic() < deadline:
-            partitions = consumer.partitions_for_topic(topic) or set()
-            if not partitions:
-                time.sleep(0.2)
+
+        def known() -> bool:
+            partitions.update(consumer.partitions_for_topic(topic) or ())
+            return bool(partitions)
+
+        wait_for(known, timeout_s, f"the partitions of {topic}", interval=0.2)
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
@@ -102,15 +105,6 @@ def spawn_consumer(env: dict[str, str], log: Path, *args: str) -> subprocess.Pop
     return subprocess.Popen(
         prewarm_cmd("ingest", "run", *args), env=env, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT
     )
-
-
-def wait_for(predicate: Any, timeout_s: float, what: str, interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def good_events(

@@ -12,10 +12,10 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from kafka import KafkaAdminClient
+from wait_helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,14 +103,14 @@ class PrivateBroker:
         self.proc = subprocess.Popen(
             [*self._jvm(), "kafka.Kafka", str(self.props)], stdout=handle, stderr=subprocess.STDOUT
         )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"private broker exited with {self.proc.returncode}; see {self.log}")
-            if self._ready():
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"private broker not ready after {timeout_s}s; see {self.log}")
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"private broker exited with {proc.returncode}; see {self.log}")
+            return self._ready()
+
+        wait_for(ready, timeout_s, f"the private broker to be ready (see {self.log})", interval=0.5)
 
     def _ready(self) -> bool:
         try:

@@ -17,8 +17,6 @@ from ingest import DemandStore, IngestConsumer, OffsetUpdate, azure2019_minute_c
 from prewarm import IngestSettings, KafkaSettings
 from prewarm_cli import app
 
-AZURE = REPO.parent / "shared" / "data" / "azure-format-samples" / "invocations.csv"
-
 
 def consume_all(store: DemandStore, kafka: KafkaSettings, ingest: IngestSettings, records: int) -> None:
     stop = threading.Event()
@@ -37,24 +35,25 @@ def invoke(env: dict[str, str], *args: str) -> str:
     return result.stdout
 
 
-@pytest.mark.skipif(not AZURE.exists(), reason="the shared Azure sample is not next to the repository")
 def test_azure_2019_sample_replays_into_the_store_with_the_files_counts(
+    azure_samples: Path,
     store_url: str,
     store: DemandStore,
     kafka_settings: KafkaSettings,
     ingest_settings: IngestSettings,
     tmp_path: Path,
 ) -> None:
+    azure = azure_samples / "invocations.csv"
     make_topic(kafka_settings, partitions=2)
     env = cli_env(kafka_settings, ingest_settings, store_url)
     subprocess.run(
-        prewarm_cmd("produce", "trace", str(AZURE), "--format", "azure2019"),
+        prewarm_cmd("produce", "trace", str(azure), "--format", "azure2019"),
         env=env,
         cwd=REPO,
         check=True,
         timeout=120,
     )
-    expected = azure2019_minute_counts(AZURE)
+    expected = azure2019_minute_counts(azure)
     total = int(expected.to_numpy().sum())
     consume_all(store, kafka_settings, ingest_settings, total)
 

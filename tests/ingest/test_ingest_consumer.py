@@ -7,10 +7,10 @@ import threading
 from collections import Counter
 
 from ingest_helpers import NOW_MS, dead_letters, event, good_events, make_topic, produce, stored
+from metrics_helpers import metric_delta, sample
 
 from ingest import DemandStore, IngestConsumer, IngestSummary
 from prewarm import EVENT_MAX_BYTES, IngestSettings, KafkaSettings
-from prewarm._metrics import REGISTRY
 
 
 def consume(
@@ -34,13 +34,12 @@ def test_events_are_counted_exactly_per_model_and_minute(
     make_topic(kafka_settings, partitions=3)
     events, truth = good_events(600)
     produce(kafka_settings, events)
-    before = REGISTRY.get_sample_value("prewarm_ingest_events_total") or 0.0
-    summary = consume(store, kafka_settings, ingest_settings, len(events))
+    with metric_delta("prewarm_ingest_events_total") as counted:
+        summary = consume(store, kafka_settings, ingest_settings, len(events))
     assert summary.events == 600
-    assert REGISTRY.get_sample_value("prewarm_ingest_events_total") == before + 600
-    lag = REGISTRY.get_sample_value(
-        "prewarm_ingest_lag_records", {"topic": kafka_settings.topic_requests, "partition": "0"}
-    )
+    assert counted.delta == 600
+    # The lag gauge is labelled with this test's own topic: its value is this consumer's alone.
+    lag = sample("prewarm_ingest_lag_records", {"topic": kafka_settings.topic_requests, "partition": "0"})
     assert lag == 0
     assert stored(store) == truth
     assert store.counters(ingest_settings.consumer_group)["events"] == 600

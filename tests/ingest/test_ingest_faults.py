@@ -26,9 +26,9 @@ from ingest_helpers import (
     read_all,
     spawn_consumer,
     stored,
-    wait_for,
 )
 from private_broker import PrivateBroker, kafka_lib_dir
+from wait_helpers import wait_for
 
 from ingest import DemandStore, RequestLogProducer, minute_of
 from prewarm import BrokerError, IngestSettings, KafkaSettings, parse_request_event
@@ -60,7 +60,7 @@ class PacedProducer(threading.Thread):
                 for i in range(0, len(self.values), size):
                     for key, value in self.values[i : i + size]:
                         producer.send_raw(value, key)
-                    time.sleep(self.seconds / self.chunks)
+                    time.sleep(self.seconds / self.chunks)  # elapsed time on purpose: a paced stream
         except BaseException as exc:
             self.error = exc
 
@@ -118,6 +118,7 @@ def test_consumer_killed_with_sigkill_at_random_points_restarts_to_exact_counts(
             90,
             "the consumer to commit",
         )
+        # Elapsed time on purpose: the kill lands at a random point of the consumer's work after a commit.
         time.sleep(rng.uniform(0.0, 0.6))
         proc.kill()  # SIGKILL: no flush, no goodbye to the group
         proc.wait()
@@ -197,6 +198,7 @@ def test_broker_stopped_and_restarted_mid_stream_loses_nothing(
         producer = PacedProducer(kafka, events, seconds=10)
         wait_for(lambda: committed(store, group) > 0, 90, "the consumer to commit")
         broker.stop()  # mid-stream: the producer is still sending, the consumer is polling
+        # Elapsed time on purpose: the outage lasts while the consumer keeps polling a dead broker.
         time.sleep(2)
         assert proc.poll() is None, "the consumer must survive the outage"
         broker.start()

@@ -12,10 +12,10 @@ from ingest._traces import AZURE2019_DEFAULT_START, azure2019_minute_counts, rea
 from prewarm._exceptions import InvalidInput
 from prewarm._ids import validate_model_id
 
-# The shared data folder sits next to the repository (see tests/conftest.py).
-AZURE_SAMPLE = (
-    Path(__file__).resolve().parents[3] / "shared" / "data" / "azure-format-samples" / "invocations.csv"
-)
+
+@pytest.fixture
+def azure_sample(azure_samples: Path) -> Path:
+    return azure_samples / "invocations.csv"
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -60,9 +60,9 @@ def test_missing_file_is_invalid_input(tmp_path: Path) -> None:
         read_trace(tmp_path / "absent.csv")
 
 
-def test_azure_sample_events_rebucket_to_the_file_counts() -> None:
-    counts = azure2019_minute_counts(AZURE_SAMPLE)
-    events = read_trace(AZURE_SAMPLE, "azure2019")
+def test_azure_sample_events_rebucket_to_the_file_counts(azure_sample: Path) -> None:
+    counts = azure2019_minute_counts(azure_sample)
+    events = read_trace(azure_sample, "azure2019")
     assert counts.shape == (1440, 4)
     assert counts.index[0] == AZURE2019_DEFAULT_START
     for model in counts.columns:
@@ -77,11 +77,11 @@ def test_azure_sample_events_rebucket_to_the_file_counts() -> None:
     assert (rebucketed.to_numpy() == counts.to_numpy()).all()
 
 
-def test_azure_start_shifts_every_timestamp_and_reading_is_deterministic() -> None:
-    a = read_trace(AZURE_SAMPLE, "azure2019")
-    b = read_trace(AZURE_SAMPLE, "azure2019", start=AZURE2019_DEFAULT_START + 86400)
+def test_azure_start_shifts_every_timestamp_and_reading_is_deterministic(azure_sample: Path) -> None:
+    a = read_trace(azure_sample, "azure2019")
+    b = read_trace(azure_sample, "azure2019", start=AZURE2019_DEFAULT_START + 86400)
     assert np.allclose(b["timestamp"].to_numpy() - a["timestamp"].to_numpy(), 86400.0)
-    pd.testing.assert_frame_equal(a, read_trace(AZURE_SAMPLE, "azure2019"))
+    pd.testing.assert_frame_equal(a, read_trace(azure_sample, "azure2019"))
 
 
 def test_azure_bad_count_is_named_by_line_and_column(tmp_path: Path) -> None:

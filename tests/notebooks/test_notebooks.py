@@ -1,27 +1,57 @@
-"""Notebooks are documentation that runs: each one's code cells execute, in order, on small inputs."""
+"""Notebooks are documentation that runs: each one's code cells execute, in order, on small inputs, and
+what the notebook shows its reader holds."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
 
+def _forecast_quality(scope: Mapping[str, Any]) -> None:
+    """The forecaster beats the constant-rate baseline overall, and prefetching cuts the wait."""
+    models = scope["MODELS"]
+    aggregate = scope["report"].aggregate
+    assert aggregate["models"] == models
+    assert 0.0 <= aggregate["brier"] < aggregate["brier_baseline"]
+    assert aggregate["brier_skill"] > 0
+    per_model = scope["per_model"]
+    assert len(per_model) == models
+    assert set(per_model["pattern"]) == set(scope["trace"].families.values())
+    assert all(math.isfinite(b) for b in per_model["brier"])
+    reliability = scope["report"].reliability
+    assert reliability, "the reliability table is empty"
+    reports = scope["reports"]
+    assert set(reports) == {"reactive", "prewarm"}
+    reactive, prewarm = reports["reactive"], reports["prewarm"]
+    assert prewarm.requests == reactive.requests > 0  # the same requests, replayed under both policies
+    assert prewarm.wait_total_s < reactive.wait_total_s
+    assert prewarm.cold_starts < reactive.cold_starts
+
+
+# What each notebook computes, checked on the names it leaves behind; a new notebook adds its check.
+CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {"forecast_quality": _forecast_quality}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_code_cells_run_in_order(
+def test_notebook_code_cells_run_in_order_and_show_what_they_claim(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    assert path.stem in CHECKS, f"{path.name} has no check of what it computes"
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.startswith("PREWARM_")]:
         monkeypatch.delenv(key)
     cells = json.loads(path.read_text())["cells"]
-    scope: dict[str, object] = {}
+    scope: dict[str, Any] = {}
     for index, cell in enumerate(c for c in cells if c["cell_type"] == "code"):
         source = "".join(cell["source"])
         exec(compile(source, f"{path.name}[{index}]", "exec"), scope)
-    assert scope, "the notebook has no code"
+    CHECKS[path.stem](scope)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 import numpy as np
 
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec, PriorityClass
-from prewarm import ExecutorState, Hint, ResidentModel, Settings, Tier, TierState
+from prewarm import ExecutorState, Hint, ResidentModel, Tier, TierState
 from scheduler import Cluster, ClusterState
 
 GB = 10**9
@@ -115,21 +114,4 @@ def surge_forecast(
     probs = np.where(times >= surge_at, p, 0.0)
     return ModelForecast(
         model=model, start=start, bucket_s=bucket_s, expected=probs * 3, p_any=probs, family="test"
-    )
-
-
-def settings_for_stack(kafka_bootstrap: str, unique: str, tmp_path: Path, **overrides: str) -> Settings:
-    """Settings on the local stack's Kafka with topics of this test only, and a job store of its own."""
-    from prewarm import load_settings
-
-    return load_settings(
-        overrides={
-            "kafka_bootstrap": kafka_bootstrap,
-            "topic_orders": f"orders-{unique}",
-            "topic_executor_state": f"state-{unique}",
-            "database_url": f"sqlite:///{tmp_path / 'scheduler.db'}",
-            "data_dir": str(tmp_path),
-            "plan_interval_s": "1",
-            **overrides,
-        }
     )

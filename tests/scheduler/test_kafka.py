@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from live_builders import wait_until
+from wait_helpers import wait_for
 
 from prewarm import BrokerError, ExecutorState, KafkaSettings
 from scheduler._kafka import StateFollower
@@ -39,7 +39,7 @@ class _Consumer:
 def _follow(monkeypatch: pytest.MonkeyPatch, consumer: _Consumer, on_state: Any = None) -> StateFollower:
     monkeypatch.setattr(StateFollower, "_consumer", lambda self: consumer)
     follower = StateFollower(KafkaSettings(), on_state or (lambda state: None)).start()
-    assert wait_until(lambda: follower.error is not None, timeout=5)
+    wait_for(lambda: follower.error is not None, 5, "the follower to stop on its error")
     follower.stop()
     return follower
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
-from scheduler_builders import GB, catalog, settings_for_stack, spec
+from scheduler_builders import GB, catalog, spec
+from stack_settings import settings_for_stack
+from wait_helpers import wait_for
 
 from prewarm import ExecutorState, Hint, Order, OrderAction, Settings, Tier, TierState
 from scheduler import Cluster, PlannerConfig
@@ -84,9 +86,7 @@ def test_executor_reports_reach_the_planner(runtime: Runtime) -> None:
     )
     producer.flush()
     producer.close()
-    deadline = time.monotonic() + 10
-    while "gpu-b" not in runtime.core.reports() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: "gpu-b" in runtime.core.reports(), 10, "the report of gpu-b", interval=0.05)
     assert runtime.core.reports()["gpu-b"].bandwidth_bytes_per_s == {"L3->L2": 3e9}
 
 
@@ -112,7 +112,8 @@ def test_timed_order_due_while_the_scheduler_was_down_goes_out_after_restart(
         assert f"order:{order.id}" in [job for job, _ in first.scheduled_orders()]
     finally:
         first.stop()
-    time.sleep(max(order.not_before - time.time(), 0) + 0.5)  # due while nothing runs
+    # Elapsed time on purpose: the order must fall due while no scheduler runs, so no event can mark it.
+    time.sleep(max(order.not_before - time.time(), 0) + 0.5)
     assert read_orders(settings, 1, timeout=1.0) == []
     with Runtime(settings, cat, one_node(), config=INSTANT) as second:
         assert wait_for_order(settings, order.id)

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from live_builders import MB, executor_for, models, tier_of, wait_until
-from scheduler_builders import settings_for_stack
+from live_builders import MB, executor_for, models, tier_of
+from stack_settings import settings_for_stack
+from wait_helpers import wait_for
 
 import forecaster
 from executor import ExecutorDaemon
@@ -81,7 +82,7 @@ def test_daily_surge_model_is_in_l1_or_l0_before_the_surge(
         assert forecast is not None
         assert forecast["family"] != "recent_rate"  # the trained forecaster, not the fallback
         held: Callable[[], bool] = lambda: tier_of(executor, "m0").level <= Tier.L1.level  # noqa: E731
-        assert wait_until(held, timeout=max(surge_at - time.time() - 1, 1))
+        wait_for(held, max(surge_at - time.time() - 1, 1), "the surge model in L1 or L0")
         assert time.time() < surge_at
     finally:
         runtime.stop()

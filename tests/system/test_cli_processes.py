@@ -7,13 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from live_builders import models, wait_until
+from live_builders import models
+from wait_helpers import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -90,8 +90,10 @@ def test_hint_to_a_running_scheduler_reaches_a_running_executor(
         except httpx.HTTPError:
             return False
 
-    assert wait_until(lambda: up(f"http://127.0.0.1:{api}/readyz"), timeout=60)
-    assert wait_until(lambda: up(f"http://127.0.0.1:{load_api}/healthz"), timeout=60)
+    # Each process imports torch, pandas and MLflow first: on two busy shared cores that alone has taken
+    # most of a minute, so the deadline is generous (the wait ends as soon as the process answers).
+    wait_for(lambda: up(f"http://127.0.0.1:{api}/readyz"), 120, "the scheduler to be ready")
+    wait_for(lambda: up(f"http://127.0.0.1:{load_api}/healthz"), 120, "the executor to be healthy")
     hint = httpx.post(
         f"http://127.0.0.1:{api}/v1/hints",
         json={"model": "m0"},
@@ -107,10 +109,14 @@ def test_hint_to_a_running_scheduler_reaches_a_running_executor(
             for t in state["tiers"]
         )
 
-    assert wait_until(in_l1_or_l0, timeout=30)
+    wait_for(in_l1_or_l0, 30, "m0 in the executor's L1 or L0")
     # The scheduler hears about it from the executor's report.
-    assert wait_until(
-        lambda: "m0" in httpx.get(f"http://127.0.0.1:{api}/v1/plan", timeout=5).json()["tiers"], timeout=15
+    wait_for(
+        lambda: "m0" in httpx.get(f"http://127.0.0.1:{api}/v1/plan", timeout=5).json()["tiers"],
+        15,
+        "m0 in the scheduler's plan",
     )
-    time.sleep(0.2)
+    # Both still answer after the round trip (a request each, not a pause), and neither has exited.
+    assert up(f"http://127.0.0.1:{api}/readyz")
+    assert up(f"http://127.0.0.1:{load_api}/healthz")
     assert all(p.poll() is None for p in processes)

@@ -14,8 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
-from live_builders import MB, executor_for, models, tier_of, wait_until
-from scheduler_builders import settings_for_stack
+from live_builders import MB, executor_for, models, tier_of
+from metrics_helpers import metric_delta
+from stack_settings import settings_for_stack
+from wait_helpers import wait_for
 
 from executor import Executor, ExecutorDaemon
 from models import Catalog
@@ -28,7 +30,6 @@ from prewarm import (
     Settings,
     Tier,
 )
-from prewarm._metrics import REGISTRY
 from scheduler import DEMAND_SOURCE, Cluster, PlannerConfig
 from scheduler._runtime import Runtime
 from scheduler._serve import BackgroundServer
@@ -59,7 +60,7 @@ def loop(kafka_bootstrap: str, unique: str, tmp_path: Path) -> Iterator[Callable
         built.daemon.start()
         # Wait for the first report, so the planner knows the node's real capacity.
         built.runtime.start()
-        assert wait_until(lambda: executor.settings.node_name in built.runtime.core.reports())
+        wait_for(lambda: executor.settings.node_name in built.runtime.core.reports(), 20, "the first report")
         made.append(built)
         return built
 
@@ -77,11 +78,11 @@ def test_hint_brings_its_model_to_l1_within_its_lead_time(loop: Callable[..., Lo
     [order] = orders
     assert order.tier in (Tier.L0, Tier.L1)
     # A 2 MB model: the planner's own lead time is ~1.5 s of hop overheads plus margins.
-    assert wait_until(lambda: tier_of(live.executor, "m0").level <= Tier.L1.level, timeout=15)
+    wait_for(lambda: tier_of(live.executor, "m0").level <= Tier.L1.level, 15, "m0 in L1 or L0")
     assert time.time() - started < 15
     assert all(o.status is OrderStatus.DONE for o in live.daemon.outcomes)
     # And the scheduler learns it from the node's report, so it does not order it again.
-    assert wait_until(lambda: "m0" in live.runtime.core.plan_view()["tiers"])
+    wait_for(lambda: "m0" in live.runtime.core.plan_view()["tiers"], 20, "m0 in the scheduler's view")
 
 
 def test_readiness_reports_a_state_follower_that_a_socket_error_stopped(
@@ -98,32 +99,30 @@ def test_readiness_reports_a_state_follower_that_a_socket_error_stopped(
         return poll(self, *args, **kwargs)
 
     monkeypatch.setattr(KafkaConsumer, "poll", failing_poll)
-    assert wait_until(lambda: not live.runtime.ready()[0], timeout=10)
+    wait_for(lambda: not live.runtime.ready()[0], 10, "readiness to fail")
     assert "executor state" in live.runtime.ready()[1]
-
-
-def _mispredictions() -> float:
-    return REGISTRY.get_sample_value("prewarm_scheduler_mispredictions_total") or 0.0
 
 
 def test_unused_prefetch_is_evicted_after_the_window_and_counted(loop: Callable[..., Loop]) -> None:
     live = loop(window_s=2.0)
-    before = _mispredictions()
-    live.runtime.core.add_hint(Hint(model="m1", source="web", ttl_s=1.0))
-    assert wait_until(lambda: tier_of(live.executor, "m1").level <= Tier.L1.level, timeout=15)
-    # Nobody asks for m1: after the window the planner evicts it from L1/L0, keeping the L2 copy.
-    assert wait_until(lambda: tier_of(live.executor, "m1") is Tier.L2, timeout=20)
-    assert _mispredictions() >= before + 1
+    with metric_delta("prewarm_scheduler_mispredictions_total") as mispredictions:
+        live.runtime.core.add_hint(Hint(model="m1", source="web", ttl_s=1.0))
+        wait_for(lambda: tier_of(live.executor, "m1").level <= Tier.L1.level, 15, "m1 in L1 or L0")
+        # Nobody asks for m1: after the window the planner evicts it from L1/L0, keeping the L2 copy.
+        wait_for(lambda: tier_of(live.executor, "m1") is Tier.L2, 20, "m1 evicted down to L2")
+    assert mispredictions.delta >= 1
     reasons = [o["reason"] for o in live.runtime.core.model_view("m1")["recent_orders"]]
     assert OrderReason.MISPREDICTION.value in reasons
 
 
-def _capacity_evictions() -> float:
-    return sum(
-        REGISTRY.get_sample_value("prewarm_executor_evictions_total", {"tier": t.value, "reason": "capacity"})
-        or 0.0
-        for t in (Tier.L0, Tier.L1, Tier.L2)
-    )
+def _more_rounds_and_a_report(live: Loop, rounds: int = 2) -> None:
+    """Wait for ``rounds`` more planning rounds, then for a node report made after the last of them."""
+    core, node = live.runtime.core, live.executor.settings.node_name
+    for _ in range(rounds):
+        last = core.plan_view()["at"]
+        wait_for(lambda last=last: core.plan_view()["at"] != last, 10, "the next planning round")
+    planned = core.plan_view()["at"]
+    wait_for(lambda: core.reports()[node].at > planned, 10, "a report after those rounds")
 
 
 def test_three_cold_models_for_room_of_one_are_placed_or_queued_without_a_failed_load(
@@ -132,16 +131,18 @@ def test_three_cold_models_for_room_of_one_are_placed_or_queued_without_a_failed
     live = loop(3, l0=3 * MB, l1=3 * MB)
     size = live.catalog["m0"].size_bytes
     assert 1.5 * MB < size < 3 * MB  # room for one in L0 and in L1, never two
-    evicted = _capacity_evictions()
+    capacity = [{"tier": t.value, "reason": "capacity"} for t in (Tier.L0, Tier.L1, Tier.L2)]
+    capacity_evictions = metric_delta("prewarm_executor_evictions_total", *capacity)
     core = live.runtime.core
     core.set_signals(
         demand=[Hint(model=m, source=DEMAND_SOURCE, received_at=time.time()) for m in ("m0", "m1", "m2")]
     )
     core.replan()
-    assert wait_until(
-        lambda: any(tier_of(live.executor, m) is Tier.L0 for m in ("m0", "m1", "m2")), timeout=20
+    wait_for(
+        lambda: any(tier_of(live.executor, m) is Tier.L0 for m in ("m0", "m1", "m2")), 20, "a model in L0"
     )
-    time.sleep(2)  # a few more planning rounds and reports
+    # The planner gets a few more rounds to get it wrong, and the node reports what they did.
+    _more_rounds_and_a_report(live)
     assert live.daemon.outcomes
     assert [o for o in live.daemon.outcomes if o.status is OrderStatus.FAILED] == []
     state = live.executor.state()
@@ -152,7 +153,7 @@ def test_three_cold_models_for_room_of_one_are_placed_or_queued_without_a_failed
     # The bound above holds whatever the planner orders (a tier's LRU makes room); this one is the
     # planner's: it sent each model only where the room was there or made by its own orders, so no
     # load left the choice of a victim to the LRU.
-    assert _capacity_evictions() == evicted
+    assert capacity_evictions.delta == 0
 
 
 def test_load_api_returns_once_the_model_is_in_l0(loop: Callable[..., Loop]) -> None:
@@ -207,7 +208,7 @@ def test_daemon_applies_its_own_orders_once_and_reports_expired_ones(loop: Calla
         fresh,
         fresh,  # delivered twice: applied once
     )
-    assert wait_until(lambda: len(live.daemon.outcomes) >= 3)
+    wait_for(lambda: len(live.daemon.outcomes) >= 3, 20, "three outcomes")
     by_id = [(o.order_id, o.status) for o in live.daemon.outcomes]
     assert ("late-1", OrderStatus.EXPIRED) in by_id
     assert ("fresh-1", OrderStatus.DONE) in by_id
@@ -215,6 +216,8 @@ def test_daemon_applies_its_own_orders_once_and_reports_expired_ones(loop: Calla
     assert all(oid != "other-1" for oid, _ in by_id)
     assert tier_of(live.executor, "m1") is Tier.L3
     # The expired order is reported to the scheduler in the node's state.
-    assert wait_until(
-        lambda: any(o.order_id == "late-1" for o in live.runtime.core.reports()[node].recent_outcomes)
+    wait_for(
+        lambda: any(o.order_id == "late-1" for o in live.runtime.core.reports()[node].recent_outcomes),
+        20,
+        "the expired order in the node's report",
     )

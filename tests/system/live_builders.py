@@ -1,9 +1,7 @@
-"""Builders for live-loop tests: real safetensors weights (about 2 MB) and an executor on the CPU."""
+"""Builders for the system tests: real safetensors weights (about 2 MB) and an executor on the CPU."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from executor import Executor
@@ -37,15 +35,6 @@ def executor_for(node: str, cat: Catalog, cache: Path, *, l0: int, l1: int) -> E
         device="cpu",
     )
     return Executor(cat, executor=settings, s3=S3Settings.model_construct(), cache_dir=cache)
-
-
-def wait_until(what: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if what():
-            return True
-        time.sleep(0.1)
-    return what()
 
 
 def tier_of(executor: Executor, model: str) -> Tier:
