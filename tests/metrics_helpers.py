@@ -1,6 +1,6 @@
 """Reading prewarm's Prometheus metrics in tests without depending on what other tests did.
 
-The registry is one per process (``prewarm._metrics.REGISTRY``) and the code takes no registry of its
+The registry is one per process (``prewarm.REGISTRY``) and the code takes no registry of its
 own, so a counter's absolute value sums every test that ran before in this process (or xdist worker).
 A test therefore asserts on how much a sample moved while its own code ran: ``metric_delta`` reads the
 value first, and again when its ``delta`` is asked for or when its ``with`` block ends. A gauge whose
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import TracebackType
 
-from prewarm._metrics import REGISTRY
+from prewarm import REGISTRY
 
 __all__ = ["MetricDelta", "metric_delta", "sample"]
 
