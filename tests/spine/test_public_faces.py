@@ -160,6 +160,7 @@ PINNED = {
         "Placement",
         "Plan",
         "PlannerConfig",
+        "PlannerMemo",
         "Runtime",
         "SchedulerCore",
         "create_app",
