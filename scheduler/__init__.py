@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from prewarm import DEMAND_SOURCE
 from scheduler._cluster import Cluster, ClusterState, NodeSpec, NodeState
-from scheduler._planner import Placement, Plan, PlannerConfig, order_id, plan, plan_detailed
+from scheduler._planner import Placement, Plan, PlannerConfig, PlannerMemo, order_id, plan, plan_detailed
 
 if TYPE_CHECKING:
     from scheduler._api import create_app
@@ -31,6 +31,7 @@ __all__ = [
     "Placement",
     "Plan",
     "PlannerConfig",
+    "PlannerMemo",
     "Runtime",
     "SchedulerCore",
     "bench_hints",

@@ -30,7 +30,7 @@ from prewarm import (
 )
 from prewarm._metrics import counter, gauge, histogram
 from scheduler._cluster import Cluster, ClusterState
-from scheduler._planner import Plan, PlannerConfig, plan_detailed
+from scheduler._planner import Plan, PlannerConfig, PlannerMemo, plan_detailed
 
 __all__ = ["SchedulerCore"]
 
@@ -86,6 +86,7 @@ class SchedulerCore:
         self._known: dict[str, _Known] = {}
         self._last: Plan | None = None
         self._last_at: float | None = None
+        self._memo = PlannerMemo()  # forecast windows kept between rounds: a hint's round values few
 
     # ------------------------------------------------------------------ inputs
 
@@ -162,7 +163,7 @@ class SchedulerCore:
         pending = [k.order for k in self._known.values() if not k.settled and k.order.deadline > now]
         recent = [k.order for k in self._known.values()]
         state = ClusterState.merge(self.cluster, self._reports, pending=pending, recent=recent)
-        result = plan_detailed(now, self._forecasts, hints, self.catalog, state, self.config)
+        result = plan_detailed(now, self._forecasts, hints, self.catalog, state, self.config, memo=self._memo)
         self._last, self._last_at = result, now
         fresh = [o for o in result.orders if o.id not in self._known]
         for order in fresh:

@@ -13,8 +13,8 @@ from scheduler_builders import GB, NOW, catalog, flat_forecast, hint, report, re
 from forecaster import ModelForecast
 from models import Catalog
 from prewarm import Hint, Order, OrderAction, OrderReason, ResidentModel, Tier, effect
-from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, plan, plan_detailed
-from scheduler._planner import _forecast_wants, _forecast_wants_afresh
+from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, PlannerMemo, plan, plan_detailed
+from scheduler._planner._wants import _forecast_wants, _forecast_wants_afresh, _WindowCache
 
 TIERS = (Tier.L0, Tier.L1, Tier.L2)
 CONFIG = PlannerConfig()
@@ -188,6 +188,34 @@ def test_a_round_plans_the_same_whatever_rounds_ran_before_it(world: World, earl
     )
 
 
+@SETTINGS
+@given(
+    worlds(),
+    st.lists(
+        st.tuples(st.sampled_from([0.0, 0.5, 20.0, 59.0, 61.0, 300.0, 4000.0]), st.booleans()),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_a_memo_kept_over_rounds_plans_what_no_memo_plans(
+    world: World, rounds: list[tuple[float, bool]]
+) -> None:
+    """Rounds as ``SchedulerCore`` runs them: ``now`` advancing, forecasts sometimes replaced by new
+    (equal) objects, and each round's orders pending in the next."""
+    cat, _, state, hints, forecasts = world
+    memo = PlannerMemo()
+    now = NOW
+    out: list[Order] = []
+    for step, refresh in rounds:
+        now += step
+        if refresh:
+            forecasts = {m: replace(f) for m, f in forecasts.items()}
+        current = replace(state, pending=tuple(out), recent=tuple(out))
+        kept = plan_detailed(now, forecasts, hints, cat, current, CONFIG, memo=memo)
+        assert kept == plan_detailed(now, forecasts, hints, cat, current, CONFIG)
+        out.extend(o for o in kept.orders if o.deadline > now)
+
+
 # Just below 2**31 s a fractional start plus whole buckets crosses into coarser floats and rounds: the
 # bucket that holds now is then not the one the grid's start falls in, and kept windows cannot be used.
 ROUNDING_START = 2147483513.6357558
@@ -228,8 +256,9 @@ def test_windows_kept_between_rounds_are_the_windows_valued_afresh(
         config = replace(config, price_per_gb_s=prices)
     model = spec("m", size_gb * GB)
     gains = {Tier.L0: 30.0 * size_gb, Tier.L1: 28.0 * size_gb, Tier.L2: 20.0 * size_gb}
+    kept = _WindowCache()
     for offset in offsets:  # one forecast object over rounds at these times, in this order
         now = start + offset
-        assert _forecast_wants(model, forecast, now, config, gains) == _forecast_wants_afresh(
+        assert _forecast_wants(model, forecast, now, config, gains, kept) == _forecast_wants_afresh(
             model, forecast, now, config, gains
         )

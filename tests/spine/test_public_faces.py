@@ -178,6 +178,7 @@ PINNED = {
         "Placement",
         "Plan",
         "PlannerConfig",
+        "PlannerMemo",
         "Runtime",
         "SchedulerCore",
         "bench_hints",

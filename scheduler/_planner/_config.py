@@ -1,0 +1,143 @@
+"""What the planner is told and what it answers: its knobs, its results, and how a decision becomes an
+order with a stable id."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from models import ModelSpec
+from prewarm import Order, OrderAction, OrderReason, SchedulerSettings, Tier
+
+_INF = math.inf
+
+
+def _default_prices() -> dict[Tier, float]:
+    # Per GB·s held. Idle GPU and host memory cost nothing to fill: what a model held there really costs
+    # is what it keeps out, and that is weighed by value when room is made. A fixed price here demoted a
+    # busy 70 GB model every few minutes with the GPU otherwise empty. Disk keeps a token price so that
+    # a model with no realistic chance of a request (P below ~0.1% for 140 GB) is not even staged.
+    return {Tier.L0: 0.0, Tier.L1: 0.0, Tier.L2: 1e-6}
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Knobs of the planning policy. Times in seconds."""
+
+    window_s: float = 600.0
+    """Length of the window a forecast probability is taken over, and a model is held for."""
+    horizon_s: float = 3600.0
+    """How far ahead forecasts are scanned for a window worth a timed prefetch."""
+    step_s: float = 60.0
+    """Step of that scan."""
+    lead_margin_s: float = 5.0
+    """Added to the transfer time when computing when a prefetch must start."""
+    lead_margin_frac: float = 0.2
+    """Transfer time is stretched by this fraction, for bandwidth that varies."""
+    hop_overhead_s: float = 0.5
+    """Fixed cost of each hop (allocation, open, engine hand-over) on top of bytes / bandwidth."""
+    price_per_gb_s: Mapping[Tier, float] = field(default_factory=_default_prices)
+    """Cost of holding one GB in a tier for one second, in the same unit as a weighted second waited."""
+    keep_ratio: float = 0.5
+    """A resident stays while benefit ≥ keep_ratio × cost; a newcomer needs benefit > cost (hysteresis)."""
+    miss_penalty: float = 2.0
+    """Weighted seconds charged per second of an L1/L0 transfer that serves no request, times (1 - P).
+
+    A speculative move there is made when ``P × weight > (1 - P) × miss_penalty``: for a standard model
+    P > 2/3 with 2, so that mispredictions stay a small share of prefetches; 0 prefetches on any chance.
+    """
+    cool_p: float = 0.05
+    """A forecast resident of L0 is demoted on its own (not to make room) when P(request in the
+    window) falls below this: it keeps room for a demand load that would otherwise evict by LRU."""
+    min_residence_s: float = 120.0
+    """A model loaded or used this recently is never demoted to make room for a speculative prefetch."""
+    misprediction_window_s: float = 600.0
+    """A prefetched model unused this long after it was loaded is evicted from L1/L0 and counted."""
+    cooldown_s: float = 600.0
+    """A model evicted as a misprediction is not prefetched again on that node for this long."""
+    order_ttl_s: float = 120.0
+    """Deadline of demotions and evictions, counted from when they are due."""
+    id_bucket_s: float = 60.0
+    """Decisions whose reason falls in the same bucket share an order id."""
+    arrival_quantile: float = 0.1
+    """A forecast model must be in place when this share of its window's probability has passed."""
+
+    @classmethod
+    def from_settings(cls, settings: SchedulerSettings, **overrides: Any) -> PlannerConfig:
+        base = cls(
+            misprediction_window_s=settings.misprediction_window_s,
+            cooldown_s=settings.misprediction_window_s,
+            miss_penalty=settings.miss_penalty,
+            cool_p=settings.cool_p,
+            order_ttl_s=max(4 * settings.plan_interval_s, 10.0),
+        )
+        return replace(base, **overrides)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the plan puts a model (or wanted to, for a deferred one), and why."""
+
+    model: str
+    node: str
+    tier: Tier
+    reason: OrderReason
+    not_before: float
+    deadline: float
+    value: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    orders: tuple[Order, ...]
+    placements: tuple[Placement, ...]
+    """Prefetches decided in this round."""
+    deferred: tuple[Placement, ...]
+    """Prefetches worth doing that did not fit anywhere this round: they wait for room."""
+    mispredictions: tuple[tuple[str, str], ...]
+    """(node, model) pairs evicted because the prefetch served no request within the window."""
+
+
+def order_id(node: str, model: str, version: str, action: OrderAction, tier: Tier, bucket: int) -> str:
+    text = f"{node}|{model}|{version}|{action.value}|{tier.value}|{bucket}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Decision:
+    """One thing the round decided to do to a model on a node; ``to_order`` makes it an ``Order``.
+
+    ``key_time`` is what the order id is bucketed by: the time of the decision's reason (a window's
+    arrival, a hint's expected time, a load's time), stable across rounds for the same reason.
+    """
+
+    node: str
+    spec: ModelSpec
+    action: OrderAction
+    tier: Tier
+    reason: OrderReason
+    not_before: float
+    deadline: float
+    key_time: float
+    demand: bool = False
+
+    def to_order(self, now: float, config: PlannerConfig) -> Order:
+        bucket = math.floor(self.key_time / config.id_bucket_s)
+        spec = self.spec
+        return Order(
+            id=order_id(self.node, spec.id, spec.version, self.action, self.tier, bucket),
+            node=self.node,
+            model=spec.id,
+            version=spec.version,
+            sha256=spec.sha256,
+            action=self.action,
+            tier=self.tier,
+            reason=self.reason,
+            not_before=self.not_before,
+            deadline=max(self.deadline, self.not_before + 1.0),
+            created_at=now,
+            demand=self.demand,
+        )

@@ -1,0 +1,217 @@
+"""Placement: for each wanted model the best node and tier, then placing it into that node's book.
+
+``_best_candidate`` values every tier closer than where the model is, on each node, for its soonest
+want worth acting on; equally good nodes are all kept, and ``_least_loaded`` picks among them when the
+model is placed, against the books as earlier placements left them. ``_place`` makes room (``_make_room``)
+or falls back one tier, and emits the prefetch with the demotions that make its room; what fits nowhere
+is deferred to a later round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from models import ModelSpec
+from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier
+from scheduler._planner._book import _Book, _Entry, _make_room, _Round
+from scheduler._planner._config import _INF, Placement, _Decision
+from scheduler._planner._wants import _Want
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    spec: ModelSpec
+    want: _Want
+    node: str
+    frm: Tier
+    tier: Tier
+    value: float
+    not_before: float
+
+
+def _payers(spec: ModelSpec, wants: Sequence[_Want], rnd: _Round) -> list[_Want]:
+    """The wants for which some tier on some node may be worth its cost: an upper bound, to prune.
+
+    Benefit is at most the waiting saved from L3 on the slowest node; holding costs at least the window.
+    """
+
+    def exempt(w: _Want) -> bool:
+        # Demand always pays; forecast wants were pruned by the same bound when they were made.
+        return w.demand or w.reason is OrderReason.FORECAST
+
+    if all(exempt(w) for w in wants):
+        return list(wants)  # the common case: no hint to bound, no gains to compute
+    gains = rnd.gains[spec.id]
+    gb = spec.size_bytes / 1e9
+    prices = {tier: rnd.config.price_per_gb_s.get(tier, 0.0) for tier in CACHE_TIERS}
+    return [
+        w
+        for w in wants
+        if exempt(w) or any(w.p * gains[t] > (w.t1 - w.t0) * gb * prices[t] for t in CACHE_TIERS)
+    ]
+
+
+def _best_candidate(
+    rnd: _Round, spec: ModelSpec, wants: Sequence[_Want], cooling: set[tuple[str, str]]
+) -> list[_Candidate]:
+    """The tier and want to act on for ``spec``, one option per equally good node; none: nothing to do."""
+    per_node: list[tuple[_Candidate, _Book]] = []
+    ordered = sorted(wants, key=lambda w: (not w.demand, w.t0))
+    for name, book in rnd.books.items():
+        if (name, spec.id) in cooling and not any(w.demand for w in wants):
+            continue
+        frm = book.closest(spec.id)
+        best: _Candidate | None = None
+        for want in ordered:
+            # The soonest want with any worthwhile tier wins (_tier_key): later ones need not be valued.
+            if best is not None and not want.demand and want.t0 > best.want.t0:
+                break
+            for tier in CACHE_TIERS:
+                if tier.level >= frm.level or book.capacity[tier] < spec.size_bytes:
+                    continue
+                net = _INF if want.demand else rnd.valuer.net(spec, want, book.node, frm, tier)
+                if net <= 0:
+                    continue
+                lead = rnd.valuer.lead(book.node, spec.size_bytes, frm, tier)
+                cand = _Candidate(spec, want, name, frm, tier, net, max(rnd.now, want.t0 - lead))
+                # A waiting request first; then the soonest want (a later one is planned in a later
+                # round); then the tier worth most, the closer one on a tie.
+                if best is None or _tier_key(cand) > _tier_key(best):
+                    best = cand
+        if best is not None:
+            per_node.append((best, book))
+    if not per_node:
+        return []
+    # A node that already holds the model closer wins (fewer hops), then value; among the nodes left,
+    # the least loaded when it is placed (see plan_detailed and _least_loaded).
+    top = max((-c.frm.level, c.value) for c, _ in per_node)
+    options = [c for c, _ in per_node if (-c.frm.level, c.value) == top]
+    # Already somewhere at least as close on some node: nothing to do for this model.
+    if rnd.held(spec.id, options[0].tier):
+        return []
+    return options
+
+
+def _tier_key(c: _Candidate) -> tuple[bool, float, float, int]:
+    return (c.want.demand, -c.want.t0, c.value, -c.tier.level)
+
+
+def _place(rnd: _Round, cand: _Candidate) -> None:
+    book = rnd.books[cand.node]
+    spec = cand.spec
+    value = _INF if cand.want.demand else cand.value
+    # Try the target, then each tier one step farther that is still closer than where the model is; none
+    # for a model demoted this round to make room for something worth more: fetching it back would thrash.
+    tier: Tier | None = None if spec.id in rnd.moved else cand.tier
+    while tier is not None and tier.level < cand.frm.level:
+        trial = book.copy()
+        moves: list[tuple[str, Tier, Tier]] = []
+        path = [t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level]
+        fits = all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path)
+        if fits and tier is Tier.L0 and not cand.want.demand:
+            # Only GPU memory: reserving host memory the same way (measured) dropped more useful L1
+            # prefetches than wasted ones, and a 20 s disk reload is worth the risk of a miss there.
+            # Compared on the last hop alone, as the waiting model's worth is: the candidate's value
+            # also counts the hops from disk, which the waiting model has already made.
+            last_hop = rnd.valuer.net(spec, cand.want, book.node, Tier.L1, Tier.L0)
+            fits = trial.free(Tier.L0) - spec.size_bytes >= _reserve(rnd, trial, Tier.L0, last_hop, spec.id)
+        if fits:
+            for t in path:
+                trial.put(t, spec.id, _Entry(spec.id, spec.size_bytes, value, True))
+            rnd.books[cand.node] = trial
+            _emit_placement(rnd, cand, tier, moves)
+            return
+        nxt = tier.farther()
+        tier = nxt if nxt in CACHE_TIERS else None
+        # A speculative fallback must still be worth its cost; a waiting request takes any tier.
+        if (
+            tier is not None
+            and not cand.want.demand
+            and rnd.valuer.net(spec, cand.want, book.node, cand.frm, tier) <= 0
+        ):
+            tier = None
+    rnd.deferred.append(
+        Placement(spec.id, cand.node, cand.tier, cand.want.reason, cand.not_before, cand.want.t1, value)
+    )
+
+
+def _least_loaded(
+    rnd: _Round, options: Sequence[_Candidate], traffic: Mapping[str, float], loads: dict[str, float]
+) -> _Candidate:
+    """Of equally good nodes, the one whose models will draw the least GPU traffic, then the most room.
+
+    Requests go to the node holding a model closest, so where a model is staged decides which GPU it
+    competes for: two busy 140 GB models on one node's 160 GB take turns, each turn a reload. Load is
+    the forecast's expected requests over the horizon times bytes, summed over the node's models.
+    ``loads`` keeps each node's figure between calls; the caller drops a node's once its book changes.
+    """
+    for c in options:
+        if c.node not in loads:
+            book = rnd.books[c.node]
+            models = {m for t in CACHE_TIERS for m in book.held[t]}
+            loads[c.node] = sum(traffic.get(m, 0.0) for m in models)
+    return max(options, key=lambda c: (c.value, -loads[c.node], rnd.books[c.node].free(c.tier), c.node))
+
+
+def _reserve(rnd: _Round, book: _Book, tier: Tier, value: float, newcomer: str) -> int:
+    """Bytes of ``tier`` a speculative prefetch worth ``value`` must leave free on this node.
+
+    A model worth more in ``tier`` that no node holds there, but this node holds one tier farther, is
+    what the next request here loads, and the executor's LRU then evicts the least recently used copy:
+    the speculative one, which nothing has used yet. So that room is not the prefetch's to take: on a
+    single node whose GPU a 140 GB model shares, most prefetches were evicted this way within seconds
+    of arriving, unused.
+    """
+    lower = tier.farther()
+    if lower not in CACHE_TIERS:
+        return 0
+    soon = rnd.now + rnd.config.window_s
+    reserve = 0
+    for model in book.held[lower]:
+        spec = rnd.catalog.get(model)
+        if spec is None or model == newcomer or spec.size_bytes <= reserve:
+            continue
+        if rnd.held(model, tier):
+            continue
+        saved = rnd.valuer.raw_lead(book.node, spec.size_bytes, lower, tier)
+        if any(w.p * saved * spec.priority.weight > value for w in rnd.wants.get(model, []) if w.t0 <= soon):
+            reserve = spec.size_bytes
+    return reserve
+
+
+def _emit_placement(rnd: _Round, cand: _Candidate, tier: Tier, moves: list[tuple[str, Tier, Tier]]) -> None:
+    spec, want = cand.spec, cand.want
+    lead = rnd.valuer.lead(rnd.books[cand.node].node, spec.size_bytes, cand.frm, tier)
+    not_before = max(rnd.now, want.t0 - lead)
+    for model, frm, to in moves:
+        rnd.moved.add(model)
+        victim = rnd.catalog[model]
+        # Make room when the prefetch starts, not before: a timed prefetch keeps the victim useful till then.
+        action, at = (OrderAction.DEMOTE, to) if to in CACHE_TIERS else (OrderAction.EVICT, frm)
+        rnd.emit(
+            _Decision(
+                node=cand.node,
+                spec=victim,
+                action=action,
+                tier=at,
+                reason=OrderReason.CAPACITY,
+                not_before=not_before,
+                deadline=want.t1 if want.t1 > not_before else not_before + rnd.config.order_ttl_s,
+                key_time=want.key_time,
+            )
+        )
+    rnd.emit(
+        _Decision(
+            node=cand.node,
+            spec=spec,
+            action=OrderAction.PREFETCH,
+            tier=tier,
+            reason=want.reason,
+            not_before=not_before,
+            deadline=want.t1,
+            key_time=want.key_time,
+            demand=want.demand,
+        )
+    )
+    rnd.placements.append(Placement(spec.id, cand.node, tier, want.reason, not_before, want.t1, cand.value))

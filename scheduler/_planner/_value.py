@@ -1,0 +1,89 @@
+"""What a tier is worth: seconds of waiting a copy there saves, what holding it costs, and when a
+prefetch must start to be there in time.
+
+Everything here is a function of the config, the node's measured bandwidth and the model; the only state
+is the memo of hop times (``_HopTimes``), which a ``PlannerMemo`` keeps between rounds.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+from models import ModelSpec
+from prewarm import CACHE_TIERS, Tier
+from scheduler._cluster import NodeState
+from scheduler._planner._config import _INF, PlannerConfig
+from scheduler._planner._wants import _Want
+
+_HopTimes = Callable[[tuple[float, ...], float, int, int, int], float]
+"""``_hops_s`` behind a memo: (rates, overhead, size, from level, to level) -> seconds."""
+
+
+def _hop_times() -> _HopTimes:
+    # Asked for every (model, node, tier) of every round, with few distinct arguments.
+    return functools.lru_cache(maxsize=65_536)(_hops_s)
+
+
+def _hops_s(rates: tuple[float, ...], overhead: float, size: int, frm: int, to: int) -> float:
+    return sum(
+        (size / rate if rate > 0 else _INF) + overhead
+        for level, rate in enumerate(rates)
+        if to <= level < frm
+    )
+
+
+class _Valuer:
+    """Values tiers under one config, with hop times from ``hops``."""
+
+    def __init__(self, config: PlannerConfig, hops: _HopTimes) -> None:
+        self.config = config
+        self._hops = hops
+
+    def raw_lead(self, node: NodeState, size: int, frm: Tier, to: Tier) -> float:
+        """Seconds to move ``size`` bytes from tier ``frm`` to the closer tier ``to``."""
+        return self._hops(node.hop_rates, self.config.hop_overhead_s, size, frm.level, to.level)
+
+    def lead(self, node: NodeState, size: int, frm: Tier, to: Tier) -> float:
+        """How long before it is wanted a move from ``frm`` to ``to`` must start: the hops, with margin."""
+        config = self.config
+        raw = self.raw_lead(node, size, frm, to)
+        return raw * (1 + config.lead_margin_frac) + config.lead_margin_s if raw > 0 else 0.0
+
+    def gains(self, spec: ModelSpec, nodes: Sequence[NodeState]) -> dict[Tier, float]:
+        """Per tier, the most a certain request could be worth: waiting saved from L3 on the slowest node."""
+        return {
+            tier: spec.priority.weight
+            * max((self.raw_lead(n, spec.size_bytes, Tier.L3, tier) for n in nodes), default=0.0)
+            for tier in CACHE_TIERS
+        }
+
+    def net(
+        self, spec: ModelSpec, want: _Want, node: NodeState, frm: Tier, to: Tier, *, move: bool = True
+    ) -> float:
+        """benefit - cost of having ``spec`` in ``to`` (rather than ``frm``) for the wanted window.
+
+        ``move``: the bytes still have to travel, so a wrong guess wastes the hops into L1/L0 (the staged
+        disk copy stays useful either way); a resident already there (``move=False``) risks nothing.
+        """
+        config = self.config
+        saved = self.raw_lead(node, spec.size_bytes, frm, to)
+        benefit = want.p * saved * spec.priority.weight
+        held = (want.t1 - want.t0) + self.lead(node, spec.size_bytes, frm, to)
+        cost = spec.size_bytes / 1e9 * held * config.price_per_gb_s.get(to, 0.0)
+        if move and to.level < Tier.L2.level:
+            wasted = self.raw_lead(node, spec.size_bytes, Tier.L2 if frm.level > 2 else frm, to)
+            cost += (1.0 - want.p) * wasted * config.miss_penalty
+        return benefit - cost
+
+    def keep_value(
+        self, spec: ModelSpec, wants: Sequence[_Want], node: NodeState, tier: Tier, now: float
+    ) -> float:
+        """What holding a resident in ``tier`` over the coming window is worth (0 with no signal)."""
+        current = [w for w in wants if w.t0 <= now + self.config.window_s]
+        if any(w.demand for w in current):
+            return _INF
+        best = 0.0
+        for want in current:
+            best = max(best, self.net(spec, want, node, tier.farther(), tier, move=False))
+        return best
