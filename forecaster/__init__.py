@@ -16,7 +16,7 @@ from __future__ import annotations
 from forecaster._backtest import BacktestReport, backtest, fit_bundle
 from forecaster._bundle import BUNDLE_VERSION, ForecasterBundle
 from forecaster._history import History
-from forecaster._retrain import RetrainResult, retrain, retrain_trigger, tracking_uri_of
+from forecaster._retrain import RetrainResult, retrain, tracking_uri_of
 from forecaster._select import Choice, SelectionConfig
 from forecaster._tracking import CHAMPION, RegisterDecision, load_forecaster
 from forecaster._types import ModelForecast
@@ -39,6 +39,5 @@ __all__ = [
     "fit_bundle",
     "load_forecaster",
     "retrain",
-    "retrain_trigger",
     "tracking_uri_of",
 ]

@@ -30,10 +30,11 @@ import numpy as np
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from forecaster import ModelForecast, retrain_trigger
+from forecaster import ModelForecast
 from models import Catalog, CatalogWatcher
 from prewarm import BrokerError, ConfigError, Hint, Order, PrewarmError, Settings, get_logger
 from prewarm._metrics import counter
@@ -44,7 +45,15 @@ from scheduler._kafka import OrderPublisher, StateFollower
 from scheduler._planner import PlannerConfig
 from scheduler._signals import demand_hints, rate_forecasts
 
-__all__ = ["ForecastProvider", "Runtime", "default_cluster", "plan_job", "publish_order_job", "retrain_job"]
+__all__ = [
+    "ForecastProvider",
+    "Runtime",
+    "default_cluster",
+    "plan_job",
+    "publish_order_job",
+    "retrain_job",
+    "retrain_trigger",
+]
 
 log = get_logger(__name__)
 
@@ -99,6 +108,18 @@ def default_cluster(settings: Settings) -> Cluster:
     return Cluster.single_node(
         ex.node_name, l0_bytes=l0, l1_bytes=ex.l1_budget_bytes, l2_bytes=ex.l2_budget_bytes
     )
+
+
+def retrain_trigger(settings: Settings) -> CronTrigger:
+    """When the daily retrain is due: ``retrain_cron`` (a crontab line, UTC) as an APScheduler trigger.
+
+    ``ConfigError`` if the expression is not a valid crontab line, so a bad setting stops the start-up
+    instead of a job that never runs.
+    """
+    try:
+        return CronTrigger.from_crontab(settings.forecast.retrain_cron, timezone="UTC")
+    except ValueError as exc:
+        raise ConfigError(f"invalid retrain_cron: {exc}", setting="PREWARM_RETRAIN_CRON") from exc
 
 
 class Runtime:

@@ -40,7 +40,6 @@ PINNED = {
         "fit_bundle",
         "load_forecaster",
         "retrain",
-        "retrain_trigger",
         "tracking_uri_of",
     ],
     "ingest": [
