@@ -34,7 +34,7 @@ from apscheduler.triggers.cron import CronTrigger
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from forecaster import ModelForecast
+from forecaster import ModelForecast, recent_rate_forecasts
 from models import Catalog, CatalogWatcher
 from prewarm import BrokerError, ConfigError, Hint, Order, PrewarmError, Settings, get_logger
 from prewarm._metrics import counter
@@ -43,7 +43,7 @@ from scheduler._cluster import Cluster
 from scheduler._core import SchedulerCore
 from scheduler._kafka import OrderPublisher, StateFollower
 from scheduler._planner import PlannerConfig
-from scheduler._signals import demand_hints, rate_forecasts
+from scheduler._signals import demand_hints
 
 __all__ = [
     "ForecastProvider",
@@ -344,7 +344,7 @@ class Runtime:
         counts = {m: frame[m].to_numpy() for m in models}
         horizon = self.settings.forecast.horizon_s
         # Recent demand first, then the trained forecaster on top for every model it knows.
-        forecasts = rate_forecasts(counts, now, horizon_s=horizon)
+        forecasts = recent_rate_forecasts(counts, now, horizon_s=horizon)
         if self._forecasts is not None:
             trained = self._forecasts(now, models)
         else:

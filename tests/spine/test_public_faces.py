@@ -39,6 +39,7 @@ PINNED = {
         "backtest",
         "fit_bundle",
         "load_forecaster",
+        "recent_rate_forecasts",
         "retrain",
         "tracking_uri_of",
     ],
