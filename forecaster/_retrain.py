@@ -20,7 +20,7 @@ from forecaster._backtest import BacktestReport, backtest, fit_bundle
 from forecaster._bundle import ForecasterBundle
 from forecaster._history import History
 from forecaster._select import SelectionConfig
-from forecaster._tracking import RegisterDecision, log_retrain
+from forecaster._tracking import RegisterDecision, log_retrain, tracking_client
 from prewarm._exceptions import ForecastError
 from prewarm._logging import get_logger
 from prewarm._settings import Settings
@@ -120,9 +120,9 @@ def retrain(
         with tempfile.TemporaryDirectory() as tmp:
             plots = backtest_plots(report, Path(tmp)) if report is not None else []
             decision = log_retrain(
+                tracking_client(tracking_uri or tracking_uri_of(settings)),
                 bundle,
                 report,
-                tracking_uri=tracking_uri or tracking_uri_of(settings),
                 experiment=f.mlflow_experiment,
                 registered_model=f.registered_model,
                 params={
