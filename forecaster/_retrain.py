@@ -21,9 +21,7 @@ from forecaster._bundle import ForecasterBundle
 from forecaster._history import History
 from forecaster._select import SelectionConfig
 from forecaster._tracking import RegisterDecision, log_retrain, tracking_client
-from prewarm._exceptions import ForecastError
-from prewarm._logging import get_logger
-from prewarm._settings import Settings
+from prewarm import ForecastError, Settings, get_logger
 
 __all__ = ["RetrainResult", "retrain", "selection_config", "tracking_uri_of"]
 

@@ -1,7 +1,9 @@
 """prewarm: predictive model prefetch for multi-model inference platforms.
 
 The spine every other package builds on: settings, wire schemas, the exception tree, model ids, units,
-logging and metrics. It imports none of the other packages.
+logging and metrics (``counter``, ``gauge`` and ``histogram`` get or create a collector in the process's
+one registry; ``render_metrics`` is its text for ``/metrics`` handlers). It imports none of the other
+packages.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from prewarm._exceptions import (
 )
 from prewarm._ids import MAX_MODEL_ID_LENGTH, ModelId, validate_model_id
 from prewarm._logging import configure_logging, get_logger
+from prewarm._metrics import counter, gauge, histogram
+from prewarm._metrics import render as render_metrics
 from prewarm._schemas import (
     CACHE_TIERS,
     DEMAND_SOURCE,
@@ -119,12 +123,16 @@ __all__ = [
     "UnknownModel",
     "__version__",
     "configure_logging",
+    "counter",
     "format_bytes",
+    "gauge",
     "get_logger",
+    "histogram",
     "load_settings",
     "parse_byte_rate",
     "parse_bytes",
     "parse_overrides",
     "parse_request_event",
+    "render_metrics",
     "validate_model_id",
 ]

@@ -44,8 +44,7 @@ from forecaster import (
 from forecaster import retrain as retrain_forecaster
 from ingest import DemandStore
 from models import Catalog, CatalogWatcher
-from prewarm import BrokerError, ConfigError, Hint, Order, PrewarmError, Settings, get_logger
-from prewarm._metrics import counter
+from prewarm import BrokerError, ConfigError, Hint, Order, PrewarmError, Settings, counter, get_logger
 from prewarm.kafka import ensure_control_topics
 from scheduler._cluster import Cluster
 from scheduler._core import SchedulerCore

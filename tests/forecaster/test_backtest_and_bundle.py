@@ -11,7 +11,7 @@ import pytest
 import forecaster
 from forecaster import FAMILIES, ForecasterBundle, History, backtest, fit_bundle
 from forecaster._history import History as _History
-from prewarm._exceptions import ForecastError, InvalidInput
+from prewarm import ForecastError, InvalidInput
 
 DAY = 86400
 
