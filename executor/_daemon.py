@@ -33,8 +33,16 @@ from executor._executor import Executor
 from executor._http import create_app
 from executor._offsets import OffsetTracker
 from models import CatalogWatcher
-from prewarm import BrokerError, KafkaSettings, Order, OrderOutcome, OrderStatus, PrewarmError, get_logger
-from prewarm._metrics import counter
+from prewarm import (
+    BrokerError,
+    KafkaSettings,
+    Order,
+    OrderOutcome,
+    OrderStatus,
+    PrewarmError,
+    counter,
+    get_logger,
+)
 from prewarm.kafka import bootstrap_servers, broker_errors, ensure_control_topics
 
 __all__ = ["ExecutorDaemon", "commit_due", "run_forever"]

@@ -20,8 +20,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from executor._executor import Executor
-from prewarm import CapacityError, InvalidInput, ModelId, PrewarmError, Tier, UnknownModel
-from prewarm._metrics import histogram, render
+from prewarm import CapacityError, InvalidInput, ModelId, PrewarmError, Tier, UnknownModel, histogram
+from prewarm import render_metrics as render
 
 __all__ = ["LoadRequest", "create_app"]
 

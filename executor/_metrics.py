@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from prewarm._metrics import counter, gauge
+from prewarm import counter, gauge
 
 HOP_BYTES = counter("prewarm_executor_hop_bytes_total", "Bytes moved per hop.", ["hop"])
 HOP_SECONDS = counter("prewarm_executor_hop_seconds_total", "Seconds spent moving bytes per hop.", ["hop"])

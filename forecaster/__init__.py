@@ -2,9 +2,10 @@
 
 For the scheduler: ``ForecasterBundle.predict(now, horizon_s, recent=None) -> {model: ModelForecast}``
 (``recent``: requests per model in the last ``state_minutes``, which sharpens the first 20 minutes for
-session-like demand), loaded with
-``load_forecaster("models:/prewarm-forecaster@champion")`` or from a local directory, and ``retrain(settings,
-store | frame | History, now) -> RetrainResult`` for its daily cron job.
+session-like demand), loaded with ``load_forecaster("models:/prewarm-forecaster@champion")`` or from a
+local directory; ``retrain(settings, store | frame | History, now) -> RetrainResult`` for its daily cron
+job; and, for models no trained bundle covers, ``recent_rate_forecasts(counts, now)``, the no-training
+forecast from the last hour's requests.
 
 For people and benchmarks: ``History`` (per-minute counts), ``backtest`` (train before a cut, score after it
 against a constant-rate and a time-of-week baseline), ``fit_bundle``, and the family registry ``FAMILIES``
@@ -19,7 +20,8 @@ from forecaster._bench import ForecastBench, RetrainTiming, run_forecast_bench
 from forecaster._bundle import BUNDLE_VERSION, ForecasterBundle
 from forecaster._history import History
 from forecaster._plots import backtest_plots, forecast_plot
-from forecaster._retrain import RetrainResult, retrain, retrain_trigger, selection_config, tracking_uri_of
+from forecaster._recent_rate import recent_rate_forecasts
+from forecaster._retrain import RetrainResult, retrain, selection_config, tracking_uri_of
 from forecaster._select import Choice, SelectionConfig
 from forecaster._tracking import CHAMPION, RegisterDecision, load_forecaster
 from forecaster._types import ModelForecast
@@ -45,8 +47,8 @@ __all__ = [
     "fit_bundle",
     "forecast_plot",
     "load_forecaster",
+    "recent_rate_forecasts",
     "retrain",
-    "retrain_trigger",
     "run_forecast_bench",
     "selection_config",
     "tracking_uri_of",

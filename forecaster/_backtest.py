@@ -19,7 +19,7 @@ from forecaster._bundle import ForecasterBundle
 from forecaster._history import History
 from forecaster._scoring import brier, poisson_deviance, reliability, time_of_week_probability, window_sums
 from forecaster._select import SelectionConfig, recent_activity, select_and_fit
-from prewarm._exceptions import InvalidInput
+from prewarm import InvalidInput
 
 __all__ = ["BacktestReport", "backtest", "fit_bundle"]
 

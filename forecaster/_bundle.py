@@ -25,7 +25,7 @@ from forecaster._codec import check_version
 from forecaster._select import Choice
 from forecaster._types import ModelForecast
 from forecaster.families import FAMILIES, family
-from prewarm._exceptions import ForecastError
+from prewarm import ForecastError
 
 __all__ = ["BUNDLE_VERSION", "ForecasterBundle"]
 

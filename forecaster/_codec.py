@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from prewarm._exceptions import ForecastError
+from prewarm import ForecastError
 
 __all__ = ["check_version", "decode_array", "encode_array"]
 

@@ -15,7 +15,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from forecaster._calendar import DAY_MIN
-from prewarm._exceptions import InvalidInput
+from prewarm import InvalidInput
 
 __all__ = ["History"]
 

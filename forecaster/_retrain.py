@@ -20,12 +20,10 @@ from forecaster._backtest import BacktestReport, backtest, fit_bundle
 from forecaster._bundle import ForecasterBundle
 from forecaster._history import History
 from forecaster._select import SelectionConfig
-from forecaster._tracking import RegisterDecision, log_retrain
-from prewarm._exceptions import ForecastError
-from prewarm._logging import get_logger
-from prewarm._settings import Settings
+from forecaster._tracking import RegisterDecision, log_retrain, tracking_client
+from prewarm import ForecastError, Settings, get_logger
 
-__all__ = ["RetrainResult", "retrain", "retrain_trigger", "selection_config", "tracking_uri_of"]
+__all__ = ["RetrainResult", "retrain", "selection_config", "tracking_uri_of"]
 
 log = get_logger(__name__)
 
@@ -65,19 +63,6 @@ def tracking_uri_of(settings: Settings) -> str:
     if uri:
         return uri
     return (Path(settings.core.data_dir).resolve() / "mlruns").as_uri()
-
-
-def retrain_trigger(settings: Settings) -> Any:
-    """The APScheduler cron trigger for the daily retrain (``retrain_cron``, UTC); ``ConfigError`` if the
-    expression is not a valid crontab line. The scheduler's runtime adds the job; this only parses."""
-    from apscheduler.triggers.cron import CronTrigger
-
-    from prewarm._exceptions import ConfigError
-
-    try:
-        return CronTrigger.from_crontab(settings.forecast.retrain_cron, timezone="UTC")
-    except ValueError as exc:
-        raise ConfigError(f"invalid retrain_cron: {exc}", setting="PREWARM_RETRAIN_CRON") from exc
 
 
 def retrain(
@@ -133,9 +118,9 @@ def retrain(
         with tempfile.TemporaryDirectory() as tmp:
             plots = backtest_plots(report, Path(tmp)) if report is not None else []
             decision = log_retrain(
+                tracking_client(tracking_uri or tracking_uri_of(settings)),
                 bundle,
                 report,
-                tracking_uri=tracking_uri or tracking_uri_of(settings),
                 experiment=f.mlflow_experiment,
                 registered_model=f.registered_model,
                 params={

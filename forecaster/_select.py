@@ -23,7 +23,7 @@ from forecaster._calendar import DAY_MIN, WEEK_MIN, minute_index
 from forecaster._history import History
 from forecaster._scoring import SCALE_GRID, window_sums
 from forecaster.families import CANDIDATES, FAMILIES, Failure, Params, prior_params
-from prewarm._logging import get_logger
+from prewarm import get_logger
 
 __all__ = ["Choice", "SelectionConfig", "recent_activity", "select_and_fit"]
 

@@ -16,8 +16,8 @@ class ModelForecast:
     """A forecast for one model over ``len(expected)`` buckets starting at ``start`` (epoch seconds).
 
     ``p_any[i]`` is the calibrated probability of at least one request in bucket ``i``; ``expected[i]``
-    the expected count. ``family`` names the model family that produced it (``seasonal_naive``,
-    ``poisson_gbm``, ``fallback_rate`` ...).
+    the expected count. ``family`` names what produced it: a ``FAMILIES`` alias (``seasonal_naive_daily``,
+    ``poisson_fourier`` ...) or ``recent_rate``, the no-training forecast (``recent_rate_forecasts``).
     """
 
     model: str

@@ -18,8 +18,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from prewarm._exceptions import PrewarmError
-from prewarm._settings import IngestSettings, KafkaSettings
+from prewarm import IngestSettings, KafkaSettings, PrewarmError
 from prewarm.kafka import broker_errors
 
 from ._consumer import IngestConsumer

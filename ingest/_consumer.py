@@ -28,9 +28,7 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 
-from prewarm._exceptions import BrokerError, InvalidEvent, StorageError
-from prewarm._logging import get_logger
-from prewarm._settings import IngestSettings, KafkaSettings
+from prewarm import BrokerError, IngestSettings, InvalidEvent, KafkaSettings, StorageError, get_logger
 from prewarm.kafka import broker_errors
 
 from ._dlq import DeadLetterWriter

@@ -22,7 +22,7 @@ from typing import Any
 
 from kafka import KafkaProducer
 
-from prewarm._settings import KafkaSettings
+from prewarm import KafkaSettings
 from prewarm.kafka import broker_errors
 
 from ._kafka import make_producer

@@ -17,8 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from prewarm._ids import MAX_MODEL_ID_LENGTH, validate_model_id
-from prewarm._schemas import parse_request_event
+from prewarm import MAX_MODEL_ID_LENGTH, parse_request_event, validate_model_id
 
 __all__ = ["Fields", "parse_fields", "schema_fields"]
 

@@ -11,7 +11,7 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
-from prewarm._settings import IngestSettings, KafkaSettings
+from prewarm import IngestSettings, KafkaSettings
 from prewarm.kafka import bootstrap_servers, broker_errors, create_topics
 
 __all__ = ["consumer_config", "create_topic", "end_offsets", "make_producer"]

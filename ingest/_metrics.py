@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prewarm._metrics import counter, gauge, histogram
+from prewarm import counter, gauge, histogram
 
 from ._window import MinuteAggregator
 

@@ -15,9 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from prewarm._exceptions import BrokerError
-from prewarm._schemas import RequestEvent
-from prewarm._settings import IngestSettings, KafkaSettings
+from prewarm import BrokerError, IngestSettings, KafkaSettings, RequestEvent
 from prewarm.kafka import broker_errors
 
 from ._kafka import make_producer

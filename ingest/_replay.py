@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from prewarm._ids import validate_model_id
+from prewarm import validate_model_id
 
 from ._producer import RequestLogProducer
 

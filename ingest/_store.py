@@ -32,8 +32,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 
-from prewarm._exceptions import StorageError
-from prewarm._logging import get_logger
+from prewarm import StorageError, get_logger
 
 from ._window import Cell
 

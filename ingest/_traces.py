@@ -15,8 +15,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from prewarm._exceptions import InvalidInput
-from prewarm._ids import validate_model_id
+from prewarm import InvalidInput, validate_model_id
 
 __all__ = ["AZURE2019_DEFAULT_START", "azure2019_minute_counts", "azure_model_id", "read_trace"]
 

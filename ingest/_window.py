@@ -13,7 +13,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prewarm._schemas import RequestEvent
+from prewarm import RequestEvent
 
 __all__ = ["Cell", "MinuteAggregator", "Verdict", "WindowPolicy", "aggregate", "minute_of"]
 

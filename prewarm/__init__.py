@@ -3,7 +3,8 @@
 The spine every other package builds on: settings, wire schemas, the exception tree, model ids, units,
 logging and metrics, the registry of URI schemes a catalog accepts, and the order semantics (admission,
 what an order does to a node's copies, LRU victims) that the planner, the executor and the simulator
-share. It imports none of the other packages.
+share. It imports none of the other packages. Metrics: ``counter``, ``gauge`` and ``histogram`` get or
+create a collector in the process's one ``REGISTRY``; ``render_metrics`` is its text for ``/metrics``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from prewarm._exceptions import (
 )
 from prewarm._ids import MAX_MODEL_ID_LENGTH, ModelId, validate_model_id
 from prewarm._logging import configure_logging, get_logger
-from prewarm._metrics import REGISTRY
+from prewarm._metrics import REGISTRY, counter, gauge, histogram
+from prewarm._metrics import render as render_metrics
 from prewarm._orders import (
     Admission,
     Effect,
@@ -141,9 +143,12 @@ __all__ = [
     "admit",
     "closest",
     "configure_logging",
+    "counter",
     "effect",
     "format_bytes",
+    "gauge",
     "get_logger",
+    "histogram",
     "known_schemes",
     "load_path",
     "load_settings",
@@ -153,5 +158,6 @@ __all__ = [
     "parse_overrides",
     "parse_request_event",
     "register_scheme",
+    "render_metrics",
     "validate_model_id",
 ]

@@ -41,17 +41,23 @@ __all__ = [
     "plan_detailed",
 ]
 
-_LAZY = {
-    "bench_hints": "scheduler._bench",
-    "create_app": "scheduler._api",
-    "SchedulerCore": "scheduler._core",
-    "Runtime": "scheduler._runtime",
-}
-
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    # Plain import statements, not importlib, so that the import contract sees these edges too.
+    if name == "create_app":
+        from scheduler._api import create_app
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return create_app
+    if name == "SchedulerCore":
+        from scheduler._core import SchedulerCore
+
+        return SchedulerCore
+    if name == "Runtime":
+        from scheduler._runtime import Runtime
+
+        return Runtime
+    if name == "bench_hints":
+        from scheduler._bench import bench_hints
+
+        return bench_hints
     raise AttributeError(f"module 'scheduler' has no attribute {name!r}")

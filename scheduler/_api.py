@@ -21,8 +21,17 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from prewarm import Forbidden, Hint, SchedulerSettings, Unauthorized, UnknownModel, __version__, get_logger
-from prewarm._metrics import counter, render
+from prewarm import (
+    Forbidden,
+    Hint,
+    SchedulerSettings,
+    Unauthorized,
+    UnknownModel,
+    __version__,
+    counter,
+    get_logger,
+    render_metrics,
+)
 from scheduler._auth import Authenticator, RateLimiter
 from scheduler._core import SchedulerCore
 
@@ -176,7 +185,7 @@ def create_app(
 
     @app.get("/metrics", summary="Prometheus metrics")
     def metrics() -> Response:
-        return Response(render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(render_metrics(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app
 

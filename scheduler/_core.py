@@ -26,9 +26,11 @@ from prewarm import (
     OrderReason,
     Tier,
     UnknownModel,
+    counter,
+    gauge,
     get_logger,
+    histogram,
 )
-from prewarm._metrics import counter, gauge, histogram
 from scheduler._cluster import Cluster, ClusterState
 from scheduler._planner import Plan, PlannerConfig, PlannerMemo, plan_detailed
 

@@ -17,39 +17,58 @@ refreshed by the interval job only.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from forecaster import ModelForecast, retrain_trigger
+from forecaster import (
+    CHAMPION,
+    ForecasterBundle,
+    ModelForecast,
+    RetrainResult,
+    load_forecaster,
+    recent_rate_forecasts,
+    tracking_uri_of,
+)
+from forecaster import retrain as retrain_forecaster
+from ingest import DemandStore
 from models import Catalog, CatalogWatcher
-from prewarm import BrokerError, ConfigError, Hint, Order, PrewarmError, Settings, get_logger
-from prewarm._metrics import counter
+from prewarm import BrokerError, ConfigError, Hint, Order, PrewarmError, Settings, counter, get_logger
 from prewarm.kafka import ensure_control_topics
 from scheduler._cluster import Cluster
 from scheduler._core import SchedulerCore
 from scheduler._kafka import OrderPublisher, StateFollower
 from scheduler._planner import PlannerConfig
-from scheduler._signals import demand_hints, rate_forecasts
+from scheduler._signals import demand_hints
 
-__all__ = ["ForecastProvider", "Runtime", "default_cluster", "plan_job", "publish_order_job", "retrain_job"]
+__all__ = [
+    "ForecastProvider",
+    "Retrainer",
+    "Runtime",
+    "default_cluster",
+    "plan_job",
+    "publish_order_job",
+    "retrain_job",
+    "retrain_trigger",
+]
 
 log = get_logger(__name__)
 
 ForecastProvider = Callable[[float, Sequence[str]], Mapping[str, ModelForecast]]
 """``(now, model ids) -> forecasts``: a trained forecaster's view; models it omits use recent demand."""
+Retrainer = Callable[[Settings, DemandStore, float], RetrainResult]
+"""``(settings, demand store, now) -> result``: the daily retrain (``forecaster.retrain`` by default)."""
 
 _PUBLISHED = counter(
     "prewarm_scheduler_orders_published_total", "Orders written to Kafka, by reason.", ["reason"]
@@ -101,6 +120,18 @@ def default_cluster(settings: Settings) -> Cluster:
     )
 
 
+def retrain_trigger(settings: Settings) -> CronTrigger:
+    """When the daily retrain is due: ``retrain_cron`` (a crontab line, UTC) as an APScheduler trigger.
+
+    ``ConfigError`` if the expression is not a valid crontab line, so a bad setting stops the start-up
+    instead of a job that never runs.
+    """
+    try:
+        return CronTrigger.from_crontab(settings.forecast.retrain_cron, timezone="UTC")
+    except ValueError as exc:
+        raise ConfigError(f"invalid retrain_cron: {exc}", setting="PREWARM_RETRAIN_CRON") from exc
+
+
 class Runtime:
     """Planning state + Kafka + APScheduler. ``start`` it, serve ``core`` over HTTP, ``stop`` it."""
 
@@ -112,7 +143,7 @@ class Runtime:
         *,
         config: PlannerConfig | None = None,
         forecasts: ForecastProvider | None = None,
-        retrain: Callable[[Settings, Any, float], Any] | None = None,
+        retrain: Retrainer | None = None,
         clock: Callable[[], float] = time.time,
         jobstore_url: str | None = None,
         catalog_path: Path | None = None,
@@ -124,7 +155,7 @@ class Runtime:
         self._jobstore_url = jobstore_url or settings.database_url
         self._clock = clock
         self._forecasts = forecasts
-        self._retrain = retrain
+        self._retrain = retrain or retrain_forecaster
         self.core = SchedulerCore(
             catalog=catalog,
             cluster=cluster or default_cluster(settings),
@@ -136,8 +167,8 @@ class Runtime:
         self._publisher: OrderPublisher | None = None
         self._follower: StateFollower | None = None
         self._scheduler: BackgroundScheduler | None = None
-        self._store: Any = None
-        self._bundle: Any = None  # a forecaster.ForecasterBundle once trained or loaded
+        self._store: DemandStore | None = None
+        self._bundle: ForecasterBundle | None = None  # once trained or loaded
         self._bundle_tried_at = -math.inf
         self._started = threading.Event()
 
@@ -307,14 +338,12 @@ class Runtime:
             self.core.set_signals(forecasts=forecasts, demand=demand)
         self.core.replan()
 
-    def _demand_store(self) -> Any:
+    def _demand_store(self) -> DemandStore:
         if self._store is None:
-            from ingest import DemandStore
-
             self._store = DemandStore(self.settings.database_url)
         return self._store
 
-    def _signals(self, now: float) -> tuple[dict[str, ModelForecast], list[Any]]:
+    def _signals(self, now: float) -> tuple[dict[str, ModelForecast], list[Hint]]:
         models = self.core.catalog.ids()
         store = self._demand_store()
         window = self.settings.scheduler.demand_window_s
@@ -323,12 +352,12 @@ class Runtime:
         counts = {m: frame[m].to_numpy() for m in models}
         horizon = self.settings.forecast.horizon_s
         # Recent demand first, then the trained forecaster on top for every model it knows.
-        forecasts = rate_forecasts(counts, now, horizon_s=horizon)
+        forecasts = recent_rate_forecasts(counts, now, horizon_s=horizon)
+        trained: Mapping[str, ModelForecast] = {}
         if self._forecasts is not None:
             trained = self._forecasts(now, models)
         else:
             bundle = self._champion(now)
-            trained = {}
             if bundle is not None:
                 # The champion was chosen with its first minutes conditioned on recent activity
                 # (sessions go on): serve it the same way.
@@ -337,7 +366,7 @@ class Runtime:
         forecasts.update({m: f for m, f in trained.items() if m in self.core.catalog})
         return forecasts, demand_hints(last, now, window)
 
-    def _champion(self, now: float) -> Any:
+    def _champion(self, now: float) -> ForecasterBundle | None:
         """The registry's champion forecaster, loaded on first use and retried every few minutes.
 
         Until one exists (a fresh install, MLflow down) the planner runs on hints and recent demand.
@@ -345,14 +374,11 @@ class Runtime:
         if self._bundle is not None or now - self._bundle_tried_at < _CHAMPION_RETRY_S:
             return self._bundle
         self._bundle_tried_at = now
+        uri = f"models:/{self.settings.forecast.registered_model}@{CHAMPION}"
         try:
-            forecaster = importlib.import_module("forecaster")
-            load = forecaster.load_forecaster
-            alias = getattr(forecaster, "CHAMPION", "champion")
-            uri = f"models:/{self.settings.forecast.registered_model}@{alias}"
-            self._bundle = load(uri, tracking_uri=forecaster.tracking_uri_of(self.settings))
+            self._bundle = load_forecaster(uri, tracking_uri=tracking_uri_of(self.settings))
             log.info("forecaster loaded", extra={"uri": uri})
-        except (PrewarmError, AttributeError, ImportError, OSError) as exc:
+        except (PrewarmError, OSError) as exc:
             log.info(
                 "no trained forecaster yet; planning from hints and recent demand",
                 extra={"why": str(exc)[:200]},
@@ -361,19 +387,13 @@ class Runtime:
 
     def retrain(self) -> None:
         """The daily retrain; its bundle is used at once, without waiting for the registry."""
-        fn = self._retrain or getattr(importlib.import_module("forecaster"), "retrain", None)
-        if fn is None:
-            log.info("the forecaster offers no retrain yet; skipping the daily retrain")
-            return
         started = time.perf_counter()
         try:
-            result = fn(self.settings, self._demand_store(), self._clock())
+            result = self._retrain(self.settings, self._demand_store(), self._clock())
         except PrewarmError as exc:
             log.error("daily retrain failed", extra={"error": str(exc)})
             return
-        bundle = getattr(result, "bundle", None)
-        if bundle is not None and hasattr(bundle, "predict"):
-            self._bundle = bundle
+        self._bundle = result.bundle
         log.info("daily retrain done", extra={"seconds": round(time.perf_counter() - started, 1)})
 
     def scheduled_orders(self) -> list[tuple[str, datetime | None]]:

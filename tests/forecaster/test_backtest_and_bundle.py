@@ -11,7 +11,7 @@ import pytest
 import forecaster
 from forecaster import FAMILIES, ForecasterBundle, History, backtest, fit_bundle
 from forecaster._history import History as _History
-from prewarm._exceptions import ForecastError, InvalidInput
+from prewarm import ForecastError, InvalidInput
 
 DAY = 86400
 
@@ -110,16 +110,3 @@ def test_every_family_fits_and_compiles_a_week_table(synthetic_small: tuple[Hist
             assert week.shape == (7 * 1440,), alias
             assert np.all(np.isfinite(week)), alias
             assert np.all(week >= 0), alias
-
-
-def test_retrain_trigger_follows_the_cron_setting() -> None:
-    from datetime import UTC, datetime
-
-    from prewarm._exceptions import ConfigError
-    from prewarm._settings import load_settings
-
-    trigger = forecaster.retrain_trigger(load_settings(overrides={"retrain_cron": "15 3 * * *"}))
-    fire = trigger.get_next_fire_time(None, datetime(2024, 1, 1, 12, 0, tzinfo=UTC))
-    assert (fire.day, fire.hour, fire.minute) == (2, 3, 15)
-    with pytest.raises(ConfigError, match="retrain_cron"):
-        forecaster.retrain_trigger(load_settings(overrides={"retrain_cron": "not cron"}))

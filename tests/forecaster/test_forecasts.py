@@ -10,7 +10,7 @@ from forecaster_helpers import MONDAY, weekday_spike_history
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forecaster import Choice, ForecasterBundle, History, SelectionConfig, fit_bundle
+from forecaster import Choice, ForecasterBundle, History, SelectionConfig, fit_bundle, recent_rate_forecasts
 from forecaster._codec import encode_array
 
 DAY = 86400
@@ -153,3 +153,20 @@ def test_recent_requests_raise_the_near_term_probability_and_silence_lowers_it()
     np.testing.assert_allclose(active.p_any[late], plain.p_any[late])
     unknown = bundle.predict(now, 3600, recent={"someone-else": 3})[choice.model]
     np.testing.assert_allclose(unknown.p_any, plain.p_any)
+
+
+def test_recent_rate_weighs_the_last_minutes_and_leaves_out_silent_models() -> None:
+    now = 1_700_000_030.0
+    hour = [0.0] * 60
+    steady = recent_rate_forecasts({"steady": [1.0] * 60, "silent": hour}, now, horizon_s=600)
+    assert set(steady) == {"steady"}  # no request in the hour: no forecast, not a zero one
+    forecast = steady["steady"]
+    assert forecast.family == "recent_rate"
+    assert forecast.start == now // 60 * 60
+    assert forecast.end == forecast.start + 600
+    np.testing.assert_allclose(forecast.expected, 1.0)  # one request a minute, per one-minute bucket
+    np.testing.assert_allclose(forecast.p_any, 1.0 - np.exp(-1.0))
+    # A model that only started in the last ten minutes: the hour's mean (1/min) and the last ten
+    # minutes' (6/min) count half each, so it is forecast well above its hour-long mean at once.
+    started = recent_rate_forecasts({"new": hour[:50] + [6.0] * 10}, now, horizon_s=600)["new"]
+    np.testing.assert_allclose(started.expected, 0.5 * 1.0 + 0.5 * 6.0)

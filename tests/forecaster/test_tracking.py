@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import mlflow
@@ -10,8 +11,7 @@ import pandas as pd
 import pytest
 
 from forecaster import CHAMPION, History, SelectionConfig, load_forecaster, retrain
-from prewarm._exceptions import TrackingError
-from prewarm._settings import Settings, load_settings
+from prewarm import Settings, TrackingError, load_settings
 
 DAY = 86400
 
@@ -85,6 +85,25 @@ def test_retrain_run_has_params_metrics_json_and_plots(tmp_path: Path, history: 
     assert {"params/bundle.json", "params/params.jsonl"} <= params
     local = load_forecaster(f"models:/{settings.forecast.registered_model}@{CHAMPION}", tracking_uri=uri)
     _same_forecasts(result.bundle, local, history.end + 600.0)
+
+
+def test_tracking_leaves_the_process_environment_and_mlflow_defaults_as_it_found_them(
+    tmp_path: Path, history: History, unique: str
+) -> None:
+    # The scheduler retrains in a job thread: nothing it does may redirect the rest of the process.
+    rate_only = SelectionConfig(families=("rate",))
+    # A first retrain sets up what MLflow and its dependencies set up once per process (imports, telemetry).
+    warm = (tmp_path / "warm").as_uri()
+    retrain(_settings(tmp_path, f"{unique}-warm"), history, history.end, tracking_uri=warm, config=rate_only)
+    environment, default_uri = dict(os.environ), mlflow.get_tracking_uri()
+    settings = _settings(tmp_path, unique)
+    uri = (tmp_path / "mlruns").as_uri()
+    result = retrain(settings, history, history.end, tracking_uri=uri, config=rate_only)
+    assert result.decision is not None
+    loaded = load_forecaster(f"models:/{settings.forecast.registered_model}/1", tracking_uri=uri)
+    _same_forecasts(result.bundle, loaded, history.end + 600.0)
+    assert dict(os.environ) == environment
+    assert mlflow.get_tracking_uri() == default_uri
 
 
 def test_unreachable_tracking_server_is_a_transient_tracking_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 
 from ingest._traces import AZURE2019_DEFAULT_START, azure2019_minute_counts, read_trace
-from prewarm._exceptions import InvalidInput
-from prewarm._ids import validate_model_id
+from prewarm import InvalidInput, validate_model_id
 
 
 @pytest.fixture

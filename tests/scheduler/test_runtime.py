@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,19 @@ from scheduler_builders import GB, catalog, spec
 from stack_settings import settings_for_stack
 from wait_helpers import wait_for
 
-from prewarm import ExecutorState, Hint, Order, OrderAction, Settings, Tier, TierState
+from prewarm import (
+    ConfigError,
+    ExecutorState,
+    Hint,
+    Order,
+    OrderAction,
+    Settings,
+    Tier,
+    TierState,
+    load_settings,
+)
 from scheduler import Cluster, PlannerConfig
-from scheduler._runtime import Runtime
+from scheduler._runtime import Runtime, retrain_trigger
 
 # No margins and fast links: a hint's prefetch is due almost exactly at its eta.
 INSTANT = PlannerConfig(hop_overhead_s=0.0, lead_margin_s=0.0, lead_margin_frac=0.0)
@@ -176,3 +187,11 @@ def test_a_changed_catalog_file_is_planned_with_at_the_next_tick(
         os.utime(path, (time.time() + 5, time.time() + 5))  # a new mtime even within the same tick
         rt.tick()
         assert "search" in rt.core.catalog
+
+
+def test_retrain_trigger_follows_the_cron_setting() -> None:
+    trigger = retrain_trigger(load_settings(overrides={"retrain_cron": "15 3 * * *"}))
+    fire = trigger.get_next_fire_time(None, datetime(2024, 1, 1, 12, 0, tzinfo=UTC))
+    assert (fire.day, fire.hour, fire.minute) == (2, 3, 15)
+    with pytest.raises(ConfigError, match="retrain_cron"):
+        retrain_trigger(load_settings(overrides={"retrain_cron": "not cron"}))
