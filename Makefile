@@ -30,7 +30,8 @@ stack-down: ## stop the processes the stack started (pid files under .stack/)
 stack-status: ## show each service of the local stack
 	@bash deploy/local/stack.sh status
 
-lint: env ## ruff (lint and format check) and mypy
+lint: env ## ruff (lint and format check), mypy, and the import contract (the design's import rules)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
