@@ -69,16 +69,19 @@ class OrderBook:
         now = self._clock()
         with self._lock:
             seen = self._outcomes.get(order.id)
-            if seen is not None or order.id in self._in_flight:
-                detail = "applied before" if seen is not None else "being applied"
+            in_flight = order.id in self._in_flight
+            if seen is not None or in_flight:
+                detail = f"applied before: {seen.status.value}" if seen is not None else "being applied"
+                refused = admit(order, now, node=self._name, spec=None, seen=detail)
+                assert refused is not None
                 return OrderOutcome(
                     order_id=order.id,
                     node=order.node,
                     model=order.model,
-                    status=OrderStatus.ALREADY,
+                    status=refused.status,
                     at=now,
                     served_from=seen.served_from if seen else None,
-                    detail=f"{detail}: {seen.status.value}" if seen else detail,
+                    detail=refused.detail,
                 )
             self._in_flight.add(order.id)
         start = time.perf_counter()
@@ -111,14 +114,7 @@ class OrderBook:
         return outcome
 
     def _carry_out(self, order: Order, now: float) -> tuple[OrderStatus, str, Tier | None]:
-        spec = self._node.catalog.get(order.model)
-        refused = admit(
-            order,
-            now,
-            node=self._name,
-            catalog_version=spec.version if spec is not None else None,
-            catalog_sha256=spec.sha256 if spec is not None else None,
-        )
+        refused = admit(order, now, node=self._name, spec=self._node.catalog.get(order.model))
         if refused is not None:
             return refused.status, refused.detail, None
         if order.action is OrderAction.EVICT:

@@ -32,6 +32,7 @@ __all__ = [
     "Effect",
     "Evictable",
     "Holding",
+    "Versioned",
     "admit",
     "closest",
     "effect",
@@ -54,21 +55,24 @@ class Admission:
     detail: str
 
 
+class Versioned(Protocol):
+    """What admission reads of a catalog entry (a ``models.ModelSpec`` is one)."""
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def sha256(self) -> str | None: ...
+
+
 def admit(
-    order: Order,
-    now: float,
-    *,
-    node: str,
-    catalog_version: str | None,
-    catalog_sha256: str | None = None,
-    seen: str | None = None,
+    order: Order, now: float, *, node: str, spec: Versioned | None, seen: str | None = None
 ) -> Admission | None:
     """None when ``node`` carries ``order`` out at ``now``; otherwise the refusal.
 
-    ``catalog_version`` and ``catalog_sha256`` are what the node's catalog holds for ``order.model`` (None:
-    the model is unknown there). ``seen`` describes an earlier application of the same order id (None: not
-    seen). An eviction needs no catalog entry: a model dropped from the catalog can still be dropped
-    from the node.
+    ``spec`` is what the node's catalog holds for ``order.model`` (None: the model is unknown there).
+    ``seen`` describes an earlier application of the same order id (None: not seen). An eviction needs no
+    catalog entry: a model dropped from the catalog can still be dropped from the node.
     """
     if seen is not None:
         return Admission(OrderStatus.ALREADY, seen)
@@ -84,11 +88,11 @@ def admit(
         return Admission(
             OrderStatus.FAILED, f"a {order.action.value} targets L0, L1 or L2; L3 is where weights come from"
         )
-    if catalog_version is None:
+    if spec is None:
         return Admission(OrderStatus.FAILED, f"unknown model {order.model!r}")
-    if catalog_version != order.version or (order.sha256 and order.sha256 != catalog_sha256):
+    if spec.version != order.version or (order.sha256 and order.sha256 != spec.sha256):
         return Admission(
-            OrderStatus.FAILED, f"order is for version {order.version}, the catalog has {catalog_version}"
+            OrderStatus.FAILED, f"order is for version {order.version}, the catalog has {spec.version}"
         )
     return None
 

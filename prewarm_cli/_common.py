@@ -67,6 +67,11 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def progress(line: str) -> None:
+    """Where a long command's progress lines go: standard error, so that its JSON on stdout stays clean."""
+    typer.echo(line, err=True)
+
+
 def write_json(payload: Any, out: Path | None) -> None:
     """Write ``payload`` to ``out`` (``-`` or unset: stdout)."""
     text = json.dumps(payload, indent=2, sort_keys=False, default=str)

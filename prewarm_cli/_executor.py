@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from prewarm_cli._common import app_group, bench_app, catalog_path, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, catalog_path, progress, settings_of, write_json
 
 if TYPE_CHECKING:
     from executor import Executor
@@ -133,6 +133,6 @@ def bench_load(
         bucket=bucket,
         repeat=repeat,
         keep=keep,
-        progress=lambda line: typer.echo(line, err=True),
+        progress=progress,
     )
     write_json(report, json_out or Path("-"))

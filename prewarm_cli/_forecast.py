@@ -15,7 +15,7 @@ from typing import Any, Literal
 import typer
 
 from prewarm import InvalidInput
-from prewarm_cli._common import app_group, bench_app, parse_time, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, parse_time, progress, settings_of, write_json
 
 app = app_group("Train, inspect and backtest the per-model demand forecasters.")
 
@@ -213,7 +213,7 @@ def bench_forecast(
         train_days=train_days,
         seed=seed,
         with_retrain=retrain_run,
-        progress=lambda line: typer.echo(line, err=True),
+        progress=progress,
     )
     write_json(result.to_json(), json_out or Path("-"))
 

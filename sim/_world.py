@@ -202,13 +202,11 @@ class World:
         are the plan's over-commit: the order asked a tier for room it did not have.
         """
         node = self.nodes.get(order.node)
-        spec = self.catalog.get(order.model)
         refused = admit(
             order,
             now,
             node=node.name if node is not None else "",
-            catalog_version=spec.version if spec is not None else None,
-            catalog_sha256=spec.sha256 if spec is not None else None,
+            spec=self.catalog.get(order.model),
             seen="applied before" if order.id in self._applied else None,
         )
         if refused is not None or node is None:

@@ -144,7 +144,7 @@ def _book_pending(rnd: _Round, cluster: ClusterState) -> None:
         spec = rnd.catalog.get(order.model)
         if book is None or spec is None:
             continue
-        if admit(order, rnd.now, node=order.node, catalog_version=spec.version, catalog_sha256=spec.sha256):
+        if admit(order, rnd.now, node=order.node, spec=spec):
             continue
         held = [t for t in CACHE_TIERS if order.model in book.held[t]]
         change = effect(order.action, order.tier, held)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -41,17 +43,16 @@ def _order(action: OrderAction = OrderAction.PREFETCH, tier: Tier = Tier.L0, **k
     return Order.model_validate(fields)
 
 
+@dataclass(frozen=True)
+class _Spec:
+    version: str = "1"
+    sha256: str | None = "ab" * 32
+
+
 def _admit(
-    order: Order,
-    now: float = NOW,
-    *,
-    catalog_version: str | None = "1",
-    catalog_sha256: str | None = "ab" * 32,
-    seen: str | None = None,
+    order: Order, now: float = NOW, *, spec: _Spec | None = _Spec(), seen: str | None = None
 ) -> OrderStatus | None:
-    refused = admit(
-        order, now, node="n0", catalog_version=catalog_version, catalog_sha256=catalog_sha256, seen=seen
-    )
+    refused = admit(order, now, node="n0", spec=spec, seen=seen)
     return refused.status if refused is not None else None
 
 
@@ -64,14 +65,14 @@ def test_an_order_is_admitted_only_once_for_its_node_before_its_deadline() -> No
 
 
 def test_an_order_for_a_model_or_version_the_catalog_does_not_hold_fails() -> None:
-    assert _admit(_order(), catalog_version=None) is OrderStatus.FAILED
-    assert _admit(_order(), catalog_version="2") is OrderStatus.FAILED
-    assert _admit(_order(), catalog_sha256="cd" * 32) is OrderStatus.FAILED
-    assert _admit(_order(sha256=None), catalog_sha256="cd" * 32) is None  # no digest asked for
+    assert _admit(_order(), spec=None) is OrderStatus.FAILED
+    assert _admit(_order(), spec=_Spec(version="2")) is OrderStatus.FAILED
+    assert _admit(_order(), spec=_Spec(sha256="cd" * 32)) is OrderStatus.FAILED
+    assert _admit(_order(sha256=None), spec=_Spec(sha256="cd" * 32)) is None  # no digest asked for
 
 
 def test_an_eviction_needs_no_catalog_entry_but_a_load_cannot_target_object_storage() -> None:
-    assert _admit(_order(OrderAction.EVICT, Tier.L1), catalog_version=None) is None
+    assert _admit(_order(OrderAction.EVICT, Tier.L1), spec=None) is None
     assert _admit(_order(OrderAction.PREFETCH, Tier.L3)) is OrderStatus.FAILED
     assert _admit(_order(OrderAction.DEMOTE, Tier.L3)) is OrderStatus.FAILED
 

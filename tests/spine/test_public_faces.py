@@ -103,6 +103,7 @@ PINNED = {
         "Effect",
         "Evictable",
         "Holding",
+        "Versioned",
         "admit",
         "closest",
         "effect",
