@@ -262,7 +262,7 @@ class Executor:
                     loaded_at=entry.loaded_at,
                     pins=entry.pins,
                     prefetched=entry.prefetched,
-                    gpu=gpu,
+                    gpus=[gpu] if gpu is not None else [],
                 )
             )
         return TierState(tier=tier, capacity_bytes=cache.capacity, used_bytes=cache.used, resident=residents)

@@ -5,7 +5,8 @@ Three rules, each pure and each called by every party that needs it:
 - **admission** (``admit``): whether a node carries an order out at all — not one it has seen, not one for
   another node, not one past its deadline, not one for a model or version its catalog does not hold;
 - **effect** (``effect``): which tiers gain a copy of the model and which lose theirs;
-- **LRU victims** (``lru_victims``): which residents a full tier gives up when a load needs room.
+- **LRU victims** (``lru_victims``): which residents a full tier gives up when a load needs room;
+- **GPU placement** (``gpu_shards``, ``gpu_placement``): how many GPUs of a node a model takes and which.
 
 The executor carries orders out by these rules; the planner books the orders it has published but not yet
 seen reported by the same rules; the simulator models the executor with them; and the tests check all
@@ -21,7 +22,7 @@ in L0 or L1 was loaded through the tiers below it, which usually still hold it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -36,6 +37,8 @@ __all__ = [
     "admit",
     "closest",
     "effect",
+    "gpu_placement",
+    "gpu_shards",
     "load_path",
     "lru_victims",
 ]
@@ -197,3 +200,33 @@ def lru_victims(residents: Iterable[Evictable[K]], need: int, free: int) -> list
         if need <= free:
             return chosen
     return None
+
+
+# ------------------------------------------------------------------ GPU placement
+
+
+def gpu_shards(size: int, gpu_capacities: Sequence[int]) -> int | None:
+    """How many GPUs of one node a model of ``size`` bytes takes: the fewest whose equal shards each fit
+    an (empty) GPU of the node, as a tensor-parallel engine splits it. None: the node cannot hold it."""
+    ordered = sorted(gpu_capacities, reverse=True)
+    for n in range(1, len(ordered) + 1):
+        if -(-size // n) <= ordered[n - 1]:
+            return n
+    return None
+
+
+def gpu_placement(size: int, capacities: Sequence[int], free: Sequence[int]) -> tuple[int, ...] | None:
+    """The GPUs (indices into ``capacities``/``free``) an L0 copy of ``size`` bytes goes to now: the
+    ``gpu_shards`` GPUs with the most free bytes, if each has room for its shard; None if they have not.
+
+    Everyone who places a copy in L0 (the executor, the planner's book, the simulator) asks this, so a
+    plan never puts two models on a GPU that can hold one.
+    """
+    n = gpu_shards(size, capacities)
+    if n is None:
+        return None
+    shard = -(-size // n)
+    roomiest = sorted(range(len(free)), key=lambda i: (-free[i], i))[:n]
+    if any(free[i] < shard for i in roomiest):
+        return None
+    return tuple(sorted(roomiest))

@@ -23,6 +23,7 @@ __all__ = [
     "EVENT_MAX_BYTES",
     "HOP_INTO",
     "ExecutorState",
+    "GpuState",
     "Hint",
     "Order",
     "OrderAction",
@@ -213,7 +214,11 @@ class Order(_Wire):
     deadline: float = Field(description="epoch seconds; an executor skips the order after this")
     created_at: float
     demand: bool = Field(default=False, description="a request is waiting: pre-empts prefetches")
-    gpu: int | None = Field(default=None, ge=0, description="target GPU index on the node for L0")
+    gpus: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list,
+        description="GPUs of the node an L0 copy goes to, one shard each (see prewarm.gpu_placement); "
+        "empty: the executor chooses",
+    )
     note: str = ""
 
 
@@ -248,7 +253,7 @@ class ResidentModel(_Wire):
     loaded_at: float | None = None
     pins: int = Field(default=0, ge=0)
     prefetched: bool = Field(default=False, description="brought in speculatively and not used yet")
-    gpu: int | None = None
+    gpus: list[int] = Field(default_factory=list, description="L0 only: the GPUs holding its shards")
 
 
 class TierState(_Wire):
@@ -256,6 +261,18 @@ class TierState(_Wire):
     capacity_bytes: int = Field(ge=0)
     used_bytes: int = Field(ge=0)
     resident: list[ResidentModel] = Field(default_factory=list)
+
+    @property
+    def free_bytes(self) -> int:
+        return max(self.capacity_bytes - self.used_bytes, 0)
+
+
+class GpuState(_Wire):
+    """One GPU's share of a node's L0."""
+
+    index: int = Field(ge=0)
+    capacity_bytes: int = Field(ge=0)
+    used_bytes: int = Field(ge=0)
 
     @property
     def free_bytes(self) -> int:
@@ -270,6 +287,9 @@ class ExecutorState(_Wire):
     at: float
     device: str = "cpu"
     tiers: list[TierState]
+    gpus: list[GpuState] = Field(
+        default_factory=list, description="L0 per GPU; the L0 tier state is their sum"
+    )
     bandwidth_bytes_per_s: dict[str, float] = Field(
         default_factory=dict, description="measured per hop: 'L3->L2', 'L2->L1', 'L1->L0'"
     )

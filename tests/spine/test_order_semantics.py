@@ -18,6 +18,8 @@ from prewarm import (
     admit,
     closest,
     effect,
+    gpu_placement,
+    gpu_shards,
     load_path,
     lru_victims,
 )
@@ -141,3 +143,36 @@ def test_lru_victims_free_just_enough_from_the_oldest_unpinned_ready_copies(
     assert free + sum(by_key[k].nbytes for k in victims) >= need
     # Minimal: without the last one chosen it would not be enough.
     assert not victims or free + sum(by_key[k].nbytes for k in victims[:-1]) < need
+
+
+@given(
+    size=st.integers(min_value=1, max_value=400 * 10**9),
+    capacities=st.lists(st.integers(min_value=10**9, max_value=200 * 10**9), min_size=1, max_size=8),
+    data=st.data(),
+)
+def test_a_gpu_placement_puts_equal_shards_only_on_gpus_with_room_for_them(
+    size: int, capacities: list[int], data: st.DataObject
+) -> None:
+    free = [data.draw(st.integers(min_value=0, max_value=c)) for c in capacities]
+    n = gpu_shards(size, capacities)
+    placed = gpu_placement(size, capacities, free)
+    if n is None:
+        assert placed is None
+        assert all(
+            -(-size // k) > sorted(capacities, reverse=True)[k - 1] for k in range(1, len(capacities) + 1)
+        )
+        return
+    if placed is not None:
+        assert len(placed) == n == len(set(placed))
+        assert all(free[i] >= -(-size // n) for i in placed)
+    elif all(f == c for f, c in zip(free, capacities, strict=True)):
+        raise AssertionError("an empty node that can hold the model must place it")
+
+
+def test_a_model_larger_than_one_gpu_takes_several_gpus_of_the_node() -> None:
+    gb = 10**9
+    assert gpu_shards(140 * gb, [80 * gb, 80 * gb]) == 2
+    assert gpu_placement(140 * gb, [80 * gb, 80 * gb], [80 * gb, 80 * gb]) == (0, 1)
+    assert gpu_placement(140 * gb, [80 * gb, 80 * gb], [80 * gb, 60 * gb]) is None
+    assert gpu_placement(14 * gb, [80 * gb, 80 * gb], [10 * gb, 70 * gb]) == (1,)
+    assert gpu_shards(200 * gb, [80 * gb, 80 * gb]) is None
