@@ -47,9 +47,9 @@ Ints = npt.NDArray[np.int64]
 
 DAY = 86_400.0
 GB = 10**9
-# FP16 weights of open models from ~0.7B to 70B parameters: the suite's sizes span 140 ×, so a policy
+# FP16 weights of open models from 0.5B to 70B parameters: the suite's sizes span 140 ×, so a policy
 # that weighs memory by what it costs has something to weigh.
-SIZE_LADDER_GB = (1.5, 3.0, 7.0, 14.0, 16.0, 28.0, 40.0, 70.0, 140.0)
+SIZE_LADDER_GB = (1.0, 3.0, 7.0, 14.0, 16.0, 28.0, 40.0, 70.0, 140.0)
 _BANDWIDTH = {"l3_bytes_per_s": "1GB/s", "l2_bytes_per_s": "7GB/s", "l1_bytes_per_s": "50GB/s"}
 
 
@@ -114,8 +114,10 @@ def daily_bumps(clock: Clock, centres_h: Sequence[float], width_h: float) -> Flo
     Centres stay away from midnight (the caller keeps them within 2–22 h), so a bump never needs to wrap.
     """
     centre = np.asarray(centres_h, dtype=np.float64)[np.minimum(clock.day, len(centres_h) - 1)]
-    shape = np.exp(-0.5 * ((clock.hour - centre) / width_h) ** 2)
-    return shape / (width_h * 60.0 * np.sqrt(2.0 * np.pi))
+    shape: Floats = np.exp(-0.5 * ((clock.hour - centre) / width_h) ** 2) / (
+        width_h * 60.0 * np.sqrt(2 * np.pi)
+    )
+    return shape
 
 
 def ramp(clock: Clock, t0: float, hours: float) -> Floats:
@@ -123,7 +125,8 @@ def ramp(clock: Clock, t0: float, hours: float) -> Floats:
     t = clock.start + 60.0 * np.arange(clock.minutes)
     if hours <= 0:
         return (t >= t0).astype(np.float64)
-    return np.clip((t - t0) / (hours * 3600.0), 0.0, 1.0) * (t >= t0)
+    rising: Floats = np.clip((t - t0) / (hours * 3600.0), 0.0, 1.0) * (t >= t0)
+    return rising
 
 
 class Events:
@@ -165,11 +168,8 @@ class Events:
     ) -> None:
         """A timer trigger: every ``period_s`` from ``phase_s``, each firing late by up to ``jitter_s``
         (uniform; 0 for an exact timer), only in the minutes where ``active`` holds."""
-        stamps = (
-            self.clock.start
-            + phase_s
-            + period_s * np.arange(int((self.clock.end - self.clock.start) / period_s) + 1)
-        )
+        firings = np.arange(int((self.clock.end - self.clock.start) / period_s) + 1, dtype=np.float64)
+        stamps: Floats = self.clock.start + phase_s + period_s * firings
         if jitter_s > 0:
             stamps = stamps + self.rng.uniform(0.0, jitter_s, stamps.size)
         stamps = stamps[stamps < self.clock.end]

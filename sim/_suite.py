@@ -1,6 +1,6 @@
 """The trace suite: deterministic cases that policies are tuned on and judged on.
 
-Each case is a trace (``timestamp,model``), a catalog whose sizes span 140 × (1.5 GB to 140 GB of FP16
+Each case is a trace (``timestamp,model``), a catalog whose sizes span 140 × (1 GB to 140 GB of FP16
 weights), two clusters — ``tight`` (2 nodes of 2 × 80 GB GPUs, 256 GB host cache and 2 TB NVMe each,
 against about a terabyte of weights) and ``roomy`` (every model in GPU memory at once) — the business
 hints where the case has any, and the split into a training span and a simulated window.
@@ -215,7 +215,7 @@ def _azure_mix(rng: np.random.Generator) -> Case:
             ModelTruth("diurnal", note=f"{per_day:.3g}/day, peak {peak:.1f} h, weekend ×{dip:.2f}"),
         )
     # About 1.15 TB of weights for 60 models, most of them small, as a model zoo is.
-    counts = {1.5: 10, 3.0: 10, 7.0: 10, 14.0: 9, 16.0: 6, 28.0: 6, 40.0: 3, 70.0: 2, 140.0: 2}
+    counts = {1.0: 10, 3.0: 10, 7.0: 10, 14.0: 9, 16.0: 6, 28.0: 6, 40.0: 3, 70.0: 2, 140.0: 2}
     pool = [gb for gb, n in counts.items() for _ in range(n)]
     return _case(
         "azure_mix",
