@@ -85,19 +85,21 @@ def azure2019_minute_counts(path: str | Path, *, start: float | None = None) -> 
             )
         ids.append(azure_model_id(value.strip()))
     counts = np.zeros((len(raw), _AZURE_MINUTES), dtype=np.int64)
-    for col in minute_cols:
-        # Empty cells mean "no invocations" in the published files; anything else must be a count.
-        text = raw[col].fillna("0").str.strip().replace("", "0")
-        values = pd.to_numeric(text, errors="coerce")
-        bad = values.isna() | (values < 0) | (values != np.floor(values.fillna(0)))
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise InvalidInput(
-                f"{path}: line {row + 2}, column {col}: expected a non-negative integer count, "
-                f"got {raw[col].iloc[row]!r}",
-                reason="row",
-            )
-        counts[:, int(col) - 1] = values.to_numpy(dtype=np.int64)
+    # All minute columns at once (a 1440-column loop of string work took seconds on a 4-row file).
+    # Empty cells mean "no invocations" in the published files; anything else must be a count.
+    text = raw[minute_cols].fillna("").to_numpy(dtype=str)
+    text = np.char.strip(text)
+    text = np.where(text == "", "0", text)
+    values = pd.to_numeric(pd.Series(text.ravel()), errors="coerce").to_numpy(np.float64).reshape(text.shape)
+    bad = np.isnan(values) | (values < 0) | (values != np.floor(np.nan_to_num(values)))
+    if bad.any():
+        row, col = (int(v[0]) for v in np.nonzero(bad))
+        raise InvalidInput(
+            f"{path}: line {row + 2}, column {minute_cols[col]}: expected a non-negative integer count, "
+            f"got {raw[minute_cols[col]].iloc[row]!r}",
+            reason="row",
+        )
+    counts[:, [int(c) - 1 for c in minute_cols]] = values.astype(np.int64)
     index = (origin + 60.0 * np.arange(_AZURE_MINUTES)).astype(np.int64)
     frame = pd.DataFrame(counts.T, index=index, columns=ids)
     frame = frame.T.groupby(level=0, sort=True).sum().T
