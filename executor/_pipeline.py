@@ -28,7 +28,8 @@ from typing import Any, Protocol
 import torch
 
 from executor._hostmem import host_buffer
-from executor._l2 import ChunkDigester, L2Cache, L2Object, L2Reader, PartWrite, TempWrite
+from executor._l2 import ChunkDigester, L2Object, L2Reader, PartWrite, TempWrite
+from executor._l2_io import WriteSink
 from executor._priority import Transfer
 from executor._safetensors import Layout, header_length, parse_header
 from executor._stores import ObjectStore
@@ -84,7 +85,7 @@ def _drain(futures: deque[Future[Any]]) -> None:
 def fetch_l3(
     store: ObjectStore,
     uri: str,
-    l2: L2Cache,
+    l2: WriteSink,
     tw: TempWrite,
     *,
     dest: tuple[memoryview, int] | None,
@@ -95,6 +96,7 @@ def fetch_l3(
     landed: Callable[[int, int], None] | None = None,
 ) -> L2Object:
     """Stream the object into the temp write (and ``dest``, a buffer with its address); publish it in L2
+    (the cache, or the checkpoint directory being written)
     when its sha256 matches. ``landed(start, end)`` runs on this thread as each part of ``dest`` is
     complete, in order: where the device copies of a download to L0 start."""
     size = tw.size

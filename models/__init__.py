@@ -6,7 +6,7 @@ with its sha256 (``FileSpec``; the rules a checkpoint obeys are in ``_files``).
 
 from __future__ import annotations
 
-from models._catalog import CATALOG_VERSION, Catalog, CatalogProblem, CatalogWatcher
+from models._catalog import CATALOG_VERSION, Catalog, CatalogProblem, CatalogWatcher, parse_entry
 from models._checkpoint import LLAMA_TINY, synth_catalog, synth_checkpoint
 from models._files import INDEX_FILE, FileSpec, index_problems, manifest_sha256
 from models._spec import ModelSpec, PriorityClass
@@ -25,6 +25,7 @@ __all__ = [
     "TransformerShape",
     "index_problems",
     "manifest_sha256",
+    "parse_entry",
     "shape_for_size",
     "synth_catalog",
     "synth_checkpoint",

@@ -27,7 +27,7 @@ from models._files import EntryProblems
 from models._spec import ModelSpec
 from prewarm import ConfigError, UnknownModel, get_logger
 
-__all__ = ["CATALOG_VERSION", "Catalog", "CatalogProblem", "CatalogWatcher"]
+__all__ = ["CATALOG_VERSION", "Catalog", "CatalogProblem", "CatalogWatcher", "parse_entry", "problem_lines"]
 
 log = get_logger(__name__)
 
@@ -42,7 +42,7 @@ class CatalogProblem(ConfigError):
         self.problems = problems
 
 
-def _problem_lines(label: str, exc: ValidationError) -> list[str]:
+def problem_lines(label: str, exc: ValidationError) -> list[str]:
     """One line per problem: ``models[3] (llama).files[2].path: ...``."""
     lines = []
     for err in exc.errors():
@@ -54,6 +54,15 @@ def _problem_lines(label: str, exc: ValidationError) -> list[str]:
         field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]) or ".entry"
         lines.append(f"{label}{field}: {err['msg']}")
     return lines
+
+
+def parse_entry(data: dict[str, Any], source: str = "entry") -> ModelSpec:
+    """One catalog entry, validated; ``CatalogProblem`` names each problem as ``Catalog.load`` would."""
+    try:
+        return ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        name = data.get("id")
+        raise CatalogProblem(source, problem_lines(str(name) if name else "entry", exc)) from exc
 
 
 class Catalog:
@@ -87,7 +96,7 @@ class Catalog:
             try:
                 spec = ModelSpec.model_validate(entry)
             except ValidationError as exc:
-                problems += _problem_lines(label, exc)
+                problems += problem_lines(label, exc)
                 continue
             if spec.id in seen:
                 problems.append(f"{label}.id: duplicate id {spec.id!r} (first at models[{seen[spec.id]}])")

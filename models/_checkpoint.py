@@ -124,7 +124,11 @@ def synth_checkpoint(
         name = f"model-{k:05d}-of-{shards:05d}.safetensors" if shards > 1 else "model.safetensors"
         tensors = [layout[i] for i in group]
         write_tensors(
-            directory / name, tensors, dtype=dtype, seed=seed * 1000 + k, ones=lambda t: t.endswith("norm.weight")
+            directory / name,
+            tensors,
+            dtype=dtype,
+            seed=seed * 1000 + k,
+            ones=lambda t: t.endswith("norm.weight"),
         )
         weight_map.update({tensor: name for tensor, _ in tensors})
     if shards > 1:
@@ -151,7 +155,9 @@ def _describe(root: Path, path: Path) -> FileSpec:
     with open(path, "rb") as f:
         while block := f.read(8 * 2**20):
             digest.update(block)
-    return FileSpec(path=path.relative_to(root).as_posix(), size_bytes=path.stat().st_size, sha256=digest.hexdigest())
+    return FileSpec(
+        path=path.relative_to(root).as_posix(), size_bytes=path.stat().st_size, sha256=digest.hexdigest()
+    )
 
 
 def synth_catalog(

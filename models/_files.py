@@ -94,7 +94,9 @@ def file_problems(files: Sequence[FileSpec], size_bytes: int) -> list[str]:
     first: dict[str, int] = {}
     for i, spec in enumerate(files):
         if spec.path in first:
-            problems.append(f"files[{i}].path: {spec.path!r} is listed twice (first at files[{first[spec.path]}])")
+            problems.append(
+                f"files[{i}].path: {spec.path!r} is listed twice (first at files[{first[spec.path]}])"
+            )
             continue
         first[spec.path] = i
         if spec.sha256 is None:

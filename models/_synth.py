@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 __all__ = ["DTYPE_BYTES", "TransformerShape", "shape_for_size", "write_safetensors", "write_tensors"]
 
 DTYPE_BYTES = {"F16": 2, "BF16": 2}
@@ -116,7 +115,7 @@ def write_tensors(
     header_bytes += b" " * (-len(header_bytes) % _ALIGN)
     pool = _pool(seed, dtype)
     one = np.array([1.0], dtype=np.float32)
-    one_bits = (one.astype(np.float16).view(np.uint16) if dtype == "F16" else one.view(np.uint32) >> 16)
+    one_bits = one.astype(np.float16).view(np.uint16) if dtype == "F16" else one.view(np.uint32) >> 16
     digest = hashlib.sha256()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

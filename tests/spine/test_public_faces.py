@@ -99,6 +99,7 @@ PINNED = {
         "TransformerShape",
         "index_problems",
         "manifest_sha256",
+        "parse_entry",
         "shape_for_size",
         "synth_catalog",
         "synth_checkpoint",
