@@ -23,7 +23,6 @@ import contextlib
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import torch
 
@@ -35,9 +34,9 @@ from executor._pipeline import (
     DeviceCopier,
     RingFactory,
     StagingRing,
+    chunk_targets,
     fetch_l3,
     host_view,
-    into_buffer,
     probe_l3,
     read_l2,
 )
@@ -384,7 +383,7 @@ class Loader:
             try:
                 for offset, obj in files:
                     reader = stack.enter_context(L2Reader(obj, direct=self.settings.l2_direct_io))
-                    target, landed = self._l2_target(obj, offset, block, device_model, copier, pcie, ring)
+                    target, landed = chunk_targets(obj, offset, block, device_model, copier, pcie, ring)
                     read_l2(
                         reader,
                         pool=self._disk_pool,
@@ -396,48 +395,6 @@ class Loader:
             finally:
                 if copier is not None:
                     copier.finish()
-
-    @staticmethod
-    def _l2_target(
-        obj: L2Object,
-        offset: int,
-        block: HostBlock | None,
-        device_model: DeviceModel | None,
-        copier: DeviceCopier | None,
-        pcie: Any,
-        ring: StagingRing | None,
-    ) -> tuple[Callable[[int], tuple[memoryview, int, Any]], Callable[[int, Any], None]]:
-        """Where ``read_l2`` puts the chunks of one file that sits at ``offset`` of the model's buffer,
-        and what it does as each lands (see ``_read_l2``)."""
-        if ring is None and block is None:
-            assert device_model is not None
-            assert device_model.padded is not None
-            view, address = host_view(device_model.padded)
-
-            def in_place(index: int, token: Any) -> None:
-                return None  # already in place: nothing to copy
-
-            return into_buffer(view[offset:], address + offset, obj), in_place
-        if block is not None:
-            view, address = host_view(block.buffer)
-
-            def to_device(index: int, token: Any) -> None:
-                if copier is not None and pcie is not None:
-                    start, end = obj.chunk(index)
-                    pcie.checkpoint()
-                    copier.copy(block.buffer[offset + start : offset + end], offset + start)
-
-            return into_buffer(view[offset:], address + offset, obj), to_device
-        assert ring is not None
-        assert copier is not None
-        assert pcie is not None
-
-        def staged(index: int, token: Any) -> None:
-            start, end = obj.chunk(index)
-            pcie.checkpoint()
-            ring.release(token, copier.copy(ring.slot(token, end - start), offset + start))
-
-        return ring.target, staged
 
     def _l1_to_l0(self, spec: ModelSpec, block: HostBlock, hops: HopTimer, demand: bool) -> None:
         key = spec.key

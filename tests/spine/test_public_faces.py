@@ -12,15 +12,18 @@ import pytest
 
 PINNED = {
     "executor": [
+        "DEFAULT_EXCLUDES",
         "Executor",
         "ExecutorDaemon",
         "FileStore",
         "Layout",
         "LoadResult",
         "ObjectStore",
+        "Registration",
         "S3Store",
         "TensorEntry",
         "VerifyResult",
+        "describe_entry",
         "open_store",
         "parse_header",
         "register_store",
