@@ -183,8 +183,7 @@ class L2Cache:
             lock = FileLock(str(self.root / "locks" / f"{part.name.split('.')[0]}.lock"))
             try:
                 with lock.acquire(timeout=0):
-                    # Nobody is writing it: a crashed download.
-                    remove_tree(part, part.parent) if part.is_dir() else part.unlink(missing_ok=True)
+                    self._remove(part)  # nobody is writing it: a crashed download
             except Timeout:
                 pass
         # Least recently used first (file mtime, touched on every use), so LRU order survives a restart.
@@ -416,8 +415,9 @@ class L2Cache:
         self.cache.abort(cw.sha256)
 
     def _remove(self, path: Path) -> None:
+        """Delete a published object or directory, or a download's leftovers."""
         if path.is_dir():
-            remove_tree(path, self.root / CHECKPOINTS)
+            remove_tree(path, self.root / CHECKPOINTS)  # its empty parents go too, up to models/
         else:
             path.unlink(missing_ok=True)
 

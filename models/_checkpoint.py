@@ -67,7 +67,9 @@ def _llama_config(shape: TransformerShape, dtype: str) -> dict[str, Any]:
 def _split(layout: list[tuple[str, tuple[int, ...]]], shards: int, itemsize: int) -> list[list[int]]:
     """Tensor indices per shard, in order, each shard about the same number of bytes."""
     sizes = [int(np.prod(dims)) * itemsize for _, dims in layout]
-    total, groups, current, filled = sum(sizes), [], [], 0
+    total, filled = sum(sizes), 0
+    groups: list[list[int]] = []
+    current: list[int] = []
     for i, n in enumerate(sizes):
         current.append(i)
         filled += n
