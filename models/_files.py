@@ -106,9 +106,9 @@ def file_problems(files: Sequence[FileSpec], size_bytes: int) -> list[str]:
                 f"files[{i}].path: {spec.path!r}: weights are accepted as safetensors only "
                 "(leave it out of the entry)"
             )
-    prefixes = {p.rsplit("/", 1)[0] + "/" for p in first if "/" in p}
+    parents = {"/".join(p.split("/")[:n]) for p in first for n in range(1, p.count("/") + 1)}
     for path in first:
-        if path + "/" in prefixes:
+        if path in parents:
             problems.append(f"files: {path!r} is listed as a file and as a directory")
     weights = [f for f in files if is_weight_file(f.path)]
     if not weights:

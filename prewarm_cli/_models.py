@@ -112,4 +112,7 @@ def list_models(
     from prewarm import format_bytes
 
     for spec in Catalog.load(catalog_path(catalog, settings_of(ctx))):
-        typer.echo(f"{spec.id}\t{spec.version}\t{format_bytes(spec.size_bytes)}\t{spec.priority}\t{spec.uri}")
+        files = f"\t({len(spec.files)} files)" if spec.is_checkpoint else ""
+        typer.echo(
+            f"{spec.id}\t{spec.version}\t{format_bytes(spec.size_bytes)}\t{spec.priority}\t{spec.uri}{files}"
+        )

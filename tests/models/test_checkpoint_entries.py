@@ -199,3 +199,10 @@ def test_synth_cli_writes_single_files_by_default_and_checkpoints_with_hf(tmp_pa
     assert {f.path for f in spec.files} >= {"config.json", INDEX_FILE, "model-00001-of-00002.safetensors"}
     assert (tmp_path / "h" / "demo-00" / "config.json").is_file()
     assert "tokenizer files: not written" in hf.output
+
+
+def test_a_path_listed_as_a_file_and_as_a_directory_is_refused() -> None:
+    files = [*_checkpoint()["files"], {"path": "original", "size_bytes": 1, "sha256": SHA}]
+    files.append({"path": "original/params/a.json", "size_bytes": 1, "sha256": SHA})
+    (problem,) = _problems(_checkpoint(files=files))
+    assert "'original' is listed as a file and as a directory" in problem
