@@ -6,7 +6,9 @@ A model that L1 cannot hold goes L2 → L0 through a small pinned staging ring. 
 "device memory" is host RAM too, L2 → L0 reads land straight in the L0 buffer instead (no L1 copy, no
 second pass over memory); L1 is filled later, from L0, if a caller asks for it. Demotions copy down
 instead of re-reading: L0 → L1 from device memory, L1 → L2 through the same verified write path as a
-download.
+download. A checkpoint (several files) comes L3 → L2 as one verified directory (``_checkpoints``) and
+goes up from there; L1 and L0 hold its shards one after the other, never its small files, so it is
+never demoted to L2 from memory.
 
 ``Loader`` holds what the paths share: the three tiers, a gate per link, the disk and network thread
 pools, the object stores by scheme and the bandwidth estimate. Loads of one model are coalesced (a

@@ -9,6 +9,7 @@
   block, each checked against its digest by the thread that read it; the caller starts the device copy
   of every chunk as soon as it lands. A model that L1 cannot hold goes L2 → L0 through a ``StagingRing``
   of a few pinned chunks instead. On the CPU device a load to L0 reads into the L0 buffer itself.
+  ``chunk_targets`` picks where one file's chunks land (a checkpoint's shards each at their offset).
 - ``DeviceCopier``: L1 → L0 copies of chunks, asynchronous on a dedicated CUDA stream from pinned memory
   (so they overlap the disk reads), synchronous on the CPU stand-in.
 
@@ -23,13 +24,11 @@ import hashlib
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from executor._hostmem import host_buffer
-from executor._l0 import DeviceModel
-from executor._l1 import HostBlock
 from executor._l2 import ChunkDigester, L2Object, L2Reader, PartWrite, TempWrite
 from executor._l2_io import WriteSink
 from executor._priority import Transfer
@@ -37,6 +36,10 @@ from executor._safetensors import Layout, header_length, parse_header
 from executor._stores import ObjectStore
 from executor._tier import ALIGN, round_up
 from prewarm import IntegrityError
+
+if TYPE_CHECKING:  # only their attributes are used here: the tiers stay free to change around them
+    from executor._l0 import DeviceModel
+    from executor._l1 import HostBlock
 
 __all__ = [
     "DeviceCopier",
