@@ -20,7 +20,8 @@ estimated on the training span but its last ``validation_days``, and for each pr
 ``PRIORS`` the one-minute log loss on that last day is compared with the bundle's own forecast (with its
 active/idle calibration). A model keeps ``g`` only if some ``a`` wins by at least ``MIN_GAIN_NATS``;
 ``g`` is then re-estimated on the whole span with that ``a``. Every other model has no structure
-(``prior = inf``): the forecaster says so by forecasting its calibrated seasonal rate.
+(``prior = inf``): the forecaster says so by forecasting its calibrated seasonal rate — with the
+bundle's active/idle factors only where those, too, win on that day by the same margin (``state``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from forecaster._calendar import DAY_MIN
-from forecaster._codec import check_version
+from forecaster._codec import check_version, decode_array, encode_array
 from forecaster._history import History
 from forecaster._select import recent_activity
 from prewarm import ForecastError
@@ -76,14 +77,16 @@ class IdleProfile:
     """Per model: its last request in training and its idle-time factor ``g`` over the bins of ``edges``.
 
     ``prior[i]`` is the prior strength chosen for model ``i``, ``inf`` where it has no structure (its
-    row of ``g`` is then all ones). ``last_minute[i]`` is the epoch minute of its last request in the
-    training span, ``NaN`` if it had none.
+    row of ``g`` is then all ones). ``state[i]``: whether a model without structure is better forecast
+    with the bundle's active/idle factors than with its unconditional one. ``last_minute[i]`` is the
+    epoch minute of its last request in the training span, ``NaN`` if it had none.
     """
 
     models: list[str]
     last_minute: npt.NDArray[np.float64]
     prior: npt.NDArray[np.float64]
     g: npt.NDArray[np.float64]
+    state: npt.NDArray[np.bool_]
     edges: npt.NDArray[np.int64] = field(default_factory=idle_edges)
     lookup: npt.NDArray[np.int64] = field(init=False, repr=False)
     """``lookup[τ]``: the bin of idle time ``τ`` minutes, for ``τ`` in ``0 .. TAU_MAX``."""
@@ -91,8 +94,13 @@ class IdleProfile:
 
     def __post_init__(self) -> None:
         n = len(self.models)
-        if self.last_minute.shape != (n,) or self.prior.shape != (n,) or self.g.shape != (n, self.edges.size):
-            raise ValueError("last_minute, prior and g must have one row per model and g one column per bin")
+        if (
+            self.last_minute.shape != (n,)
+            or self.prior.shape != (n,)
+            or self.state.shape != (n,)
+            or self.g.shape != (n, self.edges.size)
+        ):
+            raise ValueError("last_minute, prior, state and g need a row per model, g a column per bin")
         object.__setattr__(self, "lookup", bin_lookup(self.edges))
         object.__setattr__(self, "index", {m: i for i, m in enumerate(self.models)})
 
@@ -102,16 +110,24 @@ class IdleProfile:
 
     @classmethod
     def empty(cls, models: list[str]) -> IdleProfile:
-        """No structure and no known last request: what a bundle trained before idle profiles gets."""
+        """No structure and no known last request: what a bundle trained before idle profiles gets (its
+        active/idle factors are used as ``predict(recent=...)`` uses them)."""
         n = len(models)
         edges = idle_edges()
-        return cls(list(models), np.full(n, np.nan), np.full(n, np.inf), np.ones((n, edges.size)), edges)
+        return cls(
+            list(models),
+            np.full(n, np.nan),
+            np.full(n, np.inf),
+            np.ones((n, edges.size)),
+            np.ones(n, dtype=bool),
+            edges,
+        )
 
     # -- persistence (a file of the bundle directory) ----------------------------------------------
 
     def save(self, directory: Path) -> None:
         structured = {
-            m: {"prior": float(self.prior[i]), "g": [round(float(v), 5) for v in self.g[i]]}
+            m: {"prior": float(self.prior[i]), "g": encode_array(self.g[i])}
             for i, m in enumerate(self.models)
             if np.isfinite(self.prior[i])
         }
@@ -120,6 +136,7 @@ class IdleProfile:
             "edges": self.edges.tolist(),
             "models": self.models,
             "last_minute": [None if np.isnan(v) else float(v) for v in self.last_minute],
+            "state": [bool(v) for v in self.state],
             "structured": structured,
         }
         (directory / IDLE_FILE).write_text(json.dumps(payload, allow_nan=False))
@@ -141,8 +158,9 @@ class IdleProfile:
             index = {m: i for i, m in enumerate(models)}
             for model, entry in payload["structured"].items():
                 prior[index[model]] = float(entry["prior"])
-                g[index[model]] = np.asarray(entry["g"], dtype=np.float64)
-            return cls(models, last, prior, g, edges)
+                g[index[model]] = decode_array(entry["g"])
+            state = np.asarray(payload["state"], dtype=bool)
+            return cls(models, last, prior, g, state, edges)
         except ForecastError:
             raise
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
@@ -161,6 +179,7 @@ def fit_idle_profile(
     edges = idle_edges()
     profile = IdleProfile.empty(models)
     last, prior, g = profile.last_minute.copy(), profile.prior.copy(), profile.g.copy()
+    state = profile.state.copy()
     rows = [
         (i, bundle_row)
         for i, m in enumerate(history.models)
@@ -176,9 +195,9 @@ def fit_idle_profile(
         hist_rows = np.array([r[0] for r in part], dtype=np.int64)
         out_rows = np.array([r[1] for r in part], dtype=np.int64)
         fitted = _fit_chunk(history, hist_rows, [models[r] for r in out_rows], bundle, stamps, split, edges)
-        last[out_rows], prior[out_rows], g[out_rows] = fitted
+        last[out_rows], prior[out_rows], g[out_rows], state[out_rows] = fitted
     assert last.shape == (n,)
-    return IdleProfile(list(models), last, prior, g, edges)
+    return IdleProfile(list(models), last, prior, g, state, edges)
 
 
 def _fit_chunk(
@@ -189,7 +208,7 @@ def _fit_chunk(
     stamps: npt.NDArray[np.int64],
     split: int,
     edges: npt.NDArray[np.int64],
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
     counts = np.array(history.counts[hist_rows], dtype=np.float64)
     counts[~np.isfinite(counts) | (counts < 0)] = np.nan
     c, t = counts.shape
@@ -216,9 +235,11 @@ def _fit_chunk(
     obs_rest, exp_rest = sums(valid & ~early)
     prior = np.full(c, np.inf)
     g = np.ones((c, nb))
+    state = np.ones(c, dtype=bool)
     if split >= t:
-        return last, prior, g  # too short to tell structure from noise on unseen data
-    # The validation day: the bundle's own one-minute forecast, with its active/idle calibration...
+        return last, prior, g, state  # too short to tell structure from noise on unseen data
+    # The validation day: the bundle's own one-minute forecast, with its unconditional factor or with
+    # its active/idle ones (the bundle chose those on folds this day belongs to: they must win clearly)...
     late = slice(split, t)
     y = active[:, late]
     known = observed[:, late]
@@ -228,7 +249,10 @@ def _fit_chunk(
     base_scale = np.where(
         was_active, bundle.scales(models, "active")[:, None], bundle.scales(models, "idle")[:, None]
     )
-    best = _log_loss(-np.expm1(-base_scale * lam), y, known)
+    plain = _log_loss(-np.expm1(-bundle.scales(models)[:, None] * lam), y, known)
+    with_state = _log_loss(-np.expm1(-base_scale * lam), y, known)
+    state = with_state <= plain - MIN_GAIN_NATS
+    best = np.where(state, with_state, plain)
     baseline = best.copy()
     late_bins, late_valid, p_late = bins[:, late], valid[:, late], p[:, late]
     # ... against the idle-time factor estimated without that day, at each prior strength.
@@ -243,7 +267,7 @@ def _fit_chunk(
     keep = np.isfinite(prior)
     a_kept = prior[keep][:, None]
     g[keep] = (obs_fit[keep] + obs_rest[keep] + a_kept) / (exp_fit[keep] + exp_rest[keep] + a_kept)
-    return last, prior, g
+    return last, prior, g, state & ~keep
 
 
 def _log_loss(

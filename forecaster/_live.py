@@ -4,20 +4,22 @@ A trained bundle knows each model's week; between retrains it is blind to three 
 needs for the long tail, and ``LiveForecasts`` adds them from the requests it is shown (``observe``):
 
 1. **When, from the time since the last request.** Where the bundle's ``idle`` profile found idle-time
-   structure (``forecaster._idle``: a timer, sessions, a job whose gaps the week table blurs) the chance
-   of a request in each future minute follows the modulated renewal process fitted there, run forward
-   from the model's last request: the probability of a request in minute ``k`` sums over "no request
-   since the last one" and "the last one in minute ``j < k`` of the horizon", so ``p_any`` stays the
-   marginal chance per bucket that ``ModelForecast`` documents. Memoryless models keep the bundle's
-   calibrated rate (with its active/idle factor for the first minutes, as ``predict(recent=...)``).
+   structure (``forecaster._idle``: a timer, sessions, a job whose gaps the week table blurs), the
+   chance of a request in each minute of the horizon is the modulated renewal hazard at the model's
+   idle time then, given no request since ``now``: so the chance of any request between ``now`` and
+   any later time is exact under the model, which is what the planner and the eviction ask. The
+   expected counts are the process's marginal ones (requests following requests inside the horizon
+   included). Memoryless models keep the bundle's calibrated rate (with its active/idle factor for
+   the first minutes, as ``predict(recent=...)``, where the profile found that it helps).
 2. **Recent arrivals.** A flash crowd or a deprecation changes a model's rate after training. Over the
    last 10, 30, 120 and 480 minutes (never before ``since``, the first time every request is
-   observed) the active minutes seen are compared with those the forecast expected; the longest window
-   that agrees with every shorter one (so a crowd that just ended is not held for hours) sets the
-   model's level: its chance per minute becomes ``L·p(t) + r`` with ``L = (observed + 1) / (expected +
-   1)`` and ``r`` the rest of the observed minutes spread evenly (a model the bundle thought silent).
-   A window whose count is within ``level_z`` (Anscombe) standard deviations of the expectation changes
-   nothing, so a Poisson model keeps its calibrated rate.
+   observed) the active minutes seen are compared with those the forecast expected; the longest
+   window that agrees with every shorter one (within two standard deviations: so a crowd that just
+   began or just ended is not averaged with hours of something else) sets the model's level: its
+   chance per minute becomes ``L·p(t) + r`` with ``L = (observed + 1) / (expected + 1)`` and ``r``
+   the rest of the observed minutes spread evenly (a model the bundle thought silent). Unless some
+   window's count is ``level_z`` (Anscombe) standard deviations from its expectation nothing
+   changes, so a Poisson model keeps its calibrated rate.
 3. **Models the bundle has never seen** get ``recent_rate_forecasts`` from their observed requests.
 
 ``observe`` is O(1) (an append); ``__call__`` drains what was observed and is vectorised over models.
@@ -41,6 +43,8 @@ from forecaster._types import ModelForecast, forecasts_of
 __all__ = ["LiveForecasts"]
 
 _LEVEL_PRIOR = 1.0
+_AGREE_Z = 2.0
+"""A shorter window agrees with a longer one's level within this many standard deviations."""
 
 
 class LiveForecasts:
@@ -78,9 +82,11 @@ class LiveForecasts:
         mine = np.array([i for i, a in enumerate(at) if a >= 0], dtype=np.int64)
         last_minute = np.full(len(models), -np.inf)
         prior = np.full(len(models), np.inf)
+        self._state = np.ones(len(models), dtype=bool)
         if rows.size:
             last_minute[mine] = np.nan_to_num(profile.last_minute[rows], nan=-np.inf)
             prior[mine] = profile.prior[rows]
+            self._state[mine] = profile.state[rows]
         # The middle of the minute of the last request in training: a time in seconds like observe's.
         self._last_t = 60.0 * last_minute + 30.0
         self._structured = np.flatnonzero(np.isfinite(prior))
@@ -214,16 +220,17 @@ class LiveForecasts:
         width = np.asarray(windows, dtype=np.float64)
         lv = (o + _LEVEL_PRIOR) / (e + _LEVEL_PRIOR)
         rv = np.maximum(o - lv * e, 0.0) / width
+        z = np.abs(_anscombe(o, e))
+        changed = (z >= self.level_z).any(axis=1)
         chosen = np.zeros(n, dtype=np.int64)
         for k in range(1, len(windows)):
             # Window k stands if every shorter window's count agrees with the level it estimates.
             agree = np.ones(n, dtype=bool)
             for j in range(k):
                 predicted = lv[:, k] * e[:, j] + rv[:, k] * width[j]
-                agree &= np.abs(_anscombe(o[:, j], predicted)) < self.level_z
+                agree &= np.abs(_anscombe(o[:, j], predicted)) < _AGREE_Z
             chosen = np.where(agree, k, chosen)
         pick = np.arange(n), chosen
-        changed = np.abs(_anscombe(o[pick], e[pick])) >= self.level_z
         level = np.where(changed, lv[pick], 1.0)
         extra = np.where(changed, rv[pick], 0.0)
         return level, extra
@@ -263,13 +270,15 @@ class LiveForecasts:
         """
         minutes = lam.shape[1]
         bundle = self.bundle
-        # Memoryless rows: the bundle's factor, active/idle for the first minutes as predict(recent=...).
+        # Memoryless rows: the bundle's factor; for those where it won on the profile's validation day
+        # its active/idle one for the first minutes, as predict(recent=...). Structured rows: the
+        # unconditional one (the idle-time factor already says what recent activity means).
         recent = (now - self._last_t) < 60.0 * bundle.state_minutes
         early = min(minutes, max(0, math.ceil((now + bundle.state_horizon_s) / 60.0) - m_now))
         scale = np.broadcast_to(self._scale[:, None], lam.shape).copy()
-        scale[:, :early] = np.where(recent, self._scale_active, self._scale_idle)[:, None]
+        state_scale = np.where(recent, self._scale_active, self._scale_idle)
+        scale[:, :early] = np.where(self._state, state_scale, self._scale)[:, None]
         s = self._structured
-        scale[s] = self._scale[s, None]  # the idle-time factor already says what activity means
         base = -np.expm1(-scale * lam)
         p = np.minimum(level[:, None] * base + extra[:, None], H_MAX)
         with np.errstate(divide="ignore", invalid="ignore"):
