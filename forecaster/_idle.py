@@ -229,7 +229,7 @@ def _fit_chunk(
     def sums(mask: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         obs = np.bincount(flat[mask], weights=active[mask].astype(np.float64), minlength=c * nb)
         exp = np.bincount(flat[mask], weights=p[mask], minlength=c * nb)
-        return obs.reshape(c, nb), exp.reshape(c, nb)
+        return np.asarray(obs, np.float64).reshape(c, nb), np.asarray(exp, np.float64).reshape(c, nb)
 
     obs_fit, exp_fit = sums(valid & early)
     obs_rest, exp_rest = sums(valid & ~early)

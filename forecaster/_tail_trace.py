@@ -95,7 +95,7 @@ def _poisson(
     per_minute: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]],
 ) -> npt.NDArray[np.float64]:
     """An inhomogeneous Poisson process with a rate constant within each minute."""
-    minutes = start + 60.0 * np.arange(int((end - start) // 60))
+    minutes = np.asarray(start + 60.0 * np.arange(int((end - start) // 60)), dtype=np.float64)
     counts = rng.poisson(np.maximum(per_minute(minutes), 0.0))
     return np.repeat(minutes, counts) + 60.0 * rng.random(int(counts.sum()))
 

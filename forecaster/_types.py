@@ -17,8 +17,13 @@ class ModelForecast:
     """A forecast for one model over ``len(expected)`` buckets starting at ``start`` (epoch seconds).
 
     ``p_any[i]`` is the calibrated probability of at least one request in bucket ``i``; ``expected[i]``
-    the expected count. ``family`` names what produced it: a ``FAMILIES`` alias (``seasonal_naive_daily``,
-    ``poisson_fourier`` ...) or ``recent_rate``, the no-training forecast (``recent_rate_forecasts``).
+    the expected count. (For a model with idle-time structure, ``LiveForecasts`` gives bucket ``i``'s
+    probability given no request in the buckets before it — the next request's hazard — so that
+    ``p_window`` from the start is exact; for a memoryless model the two are the same.)
+
+    ``family`` names what produced it: a ``FAMILIES`` alias (``seasonal_naive_daily``,
+    ``poisson_fourier`` ...) or ``recent_rate``, the no-training forecast (``recent_rate_forecasts``);
+    ``LiveForecasts`` appends ``+idle`` where the idle-time model shaped it.
     """
 
     model: str
