@@ -5,12 +5,16 @@ For the scheduler: ``ForecasterBundle.predict(now, horizon_s, recent=None) -> {m
 session-like demand), loaded with ``load_forecaster("models:/prewarm-forecaster@champion")`` or from a
 local directory; ``retrain(settings, store | frame | History, now) -> RetrainResult`` for its daily cron
 job; and, for models no trained bundle covers, ``recent_rate_forecasts(counts, now)``, the no-training
-forecast from the last hour's requests.
+forecast from the last hour's requests. Between retrains, ``LiveForecasts(bundle)`` is the bundle
+conditioned on what was observed since (``observe(model, at)``): the time since each model's last
+request (its ``IdleProfile``, fitted by ``fit_bundle``), recent arrivals, and models the bundle has never
+seen.
 
 For people and benchmarks: ``History`` (per-minute counts), ``backtest`` (train before a cut, score after it
 against a constant-rate and a time-of-week baseline), ``fit_bundle``, and the family registry ``FAMILIES``
 (``forecaster.families``: one module per family behind one ``Family`` interface), the plots
-``backtest_plots`` and ``forecast_plot``, and ``run_forecast_bench`` (``prewarm bench forecast``).
+``backtest_plots`` and ``forecast_plot``, ``run_forecast_bench`` (``prewarm bench forecast``) and
+``run_tail_bench`` (``LiveForecasts`` against the bundle on long-tail patterns, held-out days).
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ from forecaster._backtest import BacktestReport, backtest, fit_bundle
 from forecaster._bench import ForecastBench, RetrainTiming, run_forecast_bench
 from forecaster._bundle import BUNDLE_VERSION, ForecasterBundle
 from forecaster._history import History
+from forecaster._idle import IdleProfile
+from forecaster._live import LiveForecasts
 from forecaster._plots import backtest_plots, forecast_plot
 from forecaster._recent_rate import recent_rate_forecasts
 from forecaster._retrain import RetrainResult, retrain, selection_config, tracking_uri_of
 from forecaster._select import Choice, SelectionConfig
+from forecaster._tail_bench import TailBench, run_tail_bench
 from forecaster._tracking import CHAMPION, RegisterDecision, load_forecaster
 from forecaster._types import ModelForecast
 from forecaster.families import FAMILIES, Family
@@ -37,11 +44,14 @@ __all__ = [
     "ForecastBench",
     "ForecasterBundle",
     "History",
+    "IdleProfile",
+    "LiveForecasts",
     "ModelForecast",
     "RegisterDecision",
     "RetrainResult",
     "RetrainTiming",
     "SelectionConfig",
+    "TailBench",
     "backtest",
     "backtest_plots",
     "fit_bundle",
@@ -50,6 +60,7 @@ __all__ = [
     "recent_rate_forecasts",
     "retrain",
     "run_forecast_bench",
+    "run_tail_bench",
     "selection_config",
     "tracking_uri_of",
 ]

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from forecaster._bundle import ForecasterBundle
 from forecaster._history import History
+from forecaster._idle import fit_idle_profile
 from forecaster._scoring import brier, poisson_deviance, reliability, time_of_week_probability, window_sums
 from forecaster._select import SelectionConfig, recent_activity, select_and_fit
 from prewarm import InvalidInput
@@ -25,22 +26,32 @@ __all__ = ["BacktestReport", "backtest", "fit_bundle"]
 
 
 def fit_bundle(
-    history: History, config: SelectionConfig | None = None, *, bucket_s: int = 60, horizon_s: int = 7200
+    history: History,
+    config: SelectionConfig | None = None,
+    *,
+    bucket_s: int = 60,
+    horizon_s: int = 7200,
+    idle: bool = True,
 ) -> ForecasterBundle:
-    """Select and fit a family per model on all of ``history``; the bundle is trained until its end."""
+    """Select and fit a family per model on all of ``history``; the bundle is trained until its end.
+
+    ``idle`` also fits each model's idle-time profile (``bundle.idle``), which ``LiveForecasts`` uses."""
     from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
     # BLAS threads fighting over 2 shared cores made small per-series solves 50x slower; one is best.
     with threadpool_limits(1):
         choices = select_and_fit(history, config)
-    return ForecasterBundle.from_choices(
-        choices,
-        trained_until=float(history.end),
-        bucket_s=bucket_s,
-        horizon_s=horizon_s,
-        # The active/idle factors were fitted over this many minutes: predict must count the same way.
-        state_minutes=(config or SelectionConfig()).state_minutes,
-    )
+        bundle = ForecasterBundle.from_choices(
+            choices,
+            trained_until=float(history.end),
+            bucket_s=bucket_s,
+            horizon_s=horizon_s,
+            # The active/idle factors were fitted over this many minutes: predict must count the same way.
+            state_minutes=(config or SelectionConfig()).state_minutes,
+        )
+        if idle:
+            bundle.idle = fit_idle_profile(history, bundle)
+    return bundle
 
 
 @dataclass

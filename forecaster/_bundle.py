@@ -4,7 +4,8 @@
 reshape per bucket: forecasts for a thousand models over two hours take milliseconds. On disk a bundle is
 a directory: ``bundle.json`` (layout version, settings it was trained with, models, summary) and
 ``params.jsonl`` (one versioned JSON object per model: family, its parameters, calibration, scores,
-fallback reason). Loading recompiles the tables from the parameters; nothing is pickled.
+fallback reason) and, where it was fitted, ``idle.json`` (each model's idle-time profile, ``_idle``).
+Loading recompiles the tables from the parameters; nothing is pickled.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import numpy.typing as npt
 
 from forecaster._calendar import WEEK_MIN, minute_index
 from forecaster._codec import check_version
+from forecaster._idle import IDLE_FILE, IdleProfile
 from forecaster._select import Choice
-from forecaster._types import ModelForecast
+from forecaster._types import ModelForecast, forecasts_of
 from forecaster.families import FAMILIES, family
 from prewarm import ForecastError
 
@@ -44,6 +46,9 @@ class ForecasterBundle:
     summary: dict[str, Any] = field(default_factory=dict)
     state_minutes: int = 10
     state_horizon_s: int = 1200
+    idle: IdleProfile | None = None
+    """Each model's idle-time structure and last request in training (``forecaster.LiveForecasts`` uses
+    it); ``None`` for a bundle trained or saved without one."""
     _tables: npt.NDArray[np.float32] = field(init=False, repr=False)
     _scale: npt.NDArray[np.float64] = field(init=False, repr=False)
     _scale_active: npt.NDArray[np.float64] = field(init=False, repr=False)
@@ -139,17 +144,9 @@ class ForecasterBundle:
                     state[i] = self._scale_active[i] if count > 0 else self._scale_idle[i]
             scale[:, :early] = state[:, None]
         p_any = 1.0 - np.exp(-scale * expected)
-        return {
-            c.model: ModelForecast(
-                model=c.model,
-                start=float(start),
-                bucket_s=self.bucket_s,
-                expected=expected[i],
-                p_any=p_any[i],
-                family=c.family,
-            )
-            for i, c in enumerate(self.choices)
-        }
+        return forecasts_of(
+            self.models, float(start), self.bucket_s, expected, p_any, [c.family for c in self.choices]
+        )
 
     # -- persistence -------------------------------------------------------------------------------
 
@@ -190,6 +187,10 @@ class ForecasterBundle:
         ]
         (path / "params.jsonl").write_text("\n".join(lines) + ("\n" if lines else ""))
         (path / "bundle.json").write_text(json.dumps(header, indent=2, default=_jsonable))
+        if self.idle is not None:
+            self.idle.save(path)
+        else:
+            (path / IDLE_FILE).unlink(missing_ok=True)
         return path
 
     @classmethod
@@ -241,6 +242,7 @@ class ForecasterBundle:
             state_horizon_s=int(header.get("state_horizon_s", 1200)),
         )
         bundle.summary = dict(header.get("summary") or {})
+        bundle.idle = IdleProfile.load(path)
         return bundle
 
 

@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from forecaster._types import ModelForecast
 
@@ -23,7 +24,7 @@ RECENT_RATE = "recent_rate"
 
 
 def recent_rate_forecasts(
-    counts: Mapping[str, Sequence[float]],
+    counts: Mapping[str, Sequence[float] | npt.NDArray[np.float64]],
     now: float,
     *,
     count_step_s: int = 60,

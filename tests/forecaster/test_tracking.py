@@ -125,6 +125,10 @@ def test_champion_logged_to_the_server_loads_back_and_predicts_the_same_numbers(
     uri = f"models:/{settings.forecast.registered_model}@{CHAMPION}"
     loaded = load_forecaster(uri, tracking_uri=mlflow_uri)
     _same_forecasts(result.bundle, loaded, history.end + 300.0)
+    # The idle-time profile travels with the champion: LiveForecasts on the server's copy is the same.
+    assert loaded.idle is not None
+    assert result.bundle.idle is not None
+    np.testing.assert_array_equal(loaded.idle.prior, result.bundle.idle.prior)
     # The generic pyfunc face gives the same numbers too (model code, not a pickle).
     mlflow.set_tracking_uri(mlflow_uri)
     frame = mlflow.pyfunc.load_model(uri).predict(
