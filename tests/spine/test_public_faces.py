@@ -45,6 +45,7 @@ PINNED = {
         "SelectionConfig",
         "backtest",
         "backtest_plots",
+        "champion_version",
         "fit_bundle",
         "forecast_plot",
         "load_forecaster",
