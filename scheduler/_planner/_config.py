@@ -52,16 +52,18 @@ class PlannerConfig:
 
     It prices holding and prefetching alike, so that a 2 GB model is kept warm far longer than a 140 GB
     one for the same GB-minutes: a resident is released (one tier down) when the chance of a request
-    before the next decision, times what the copy saves, is worth less than holding it until then; a
-    prefetch must pay for the GB-minutes from its load to the end of its window.
+    before the next decision, times what the copy saves that request, is worth less than holding it
+    until then; a prefetch must pay for the GB-minutes from its load to the end of its window. At 0.05,
+    for instance, a 140 GB copy stays in GPU memory (host memory 3 s away) only while a request in the
+    next minute has P > 0.84, a 2 GB one while P > 0.02.
 
     The default, 0, is what memory costs on a live platform inside the budget given to prewarm: that
     memory is paid for whether it holds a model or not, so nothing is released while nothing wants the
-    room (room is then arbitrated by value when it is made). Set a price where held memory has another
-    use: GPUs shared with the engines' KV cache, nodes that scale down when idle, or the serverless
-    comparison (``prewarm sim run --unlimited``, where memory is the cost being minimised); the
-    simulator sweeps it as ``prewarm:X``. 0.01-0.1 is the useful range: at 0.05 a 140 GB copy must
-    expect a request in the next minute with P ≈ 0.8 to stay, a 2 GB one with P ≈ 0.01.
+    room (room is then arbitrated by value when it is made), and a cluster where everything fits never
+    makes more cold starts than loading on request. Set a price where held memory has another use: GPUs
+    shared with the engines' KV cache, nodes that scale down when idle, or the serverless comparison
+    (``prewarm sim run --unlimited``, where idle memory is the cost being minimised); the simulator
+    sweeps it as ``prewarm:X`` to draw the trade-off between idle GB-minutes and cold starts.
     """
     cold_start_s: float = 5.0
     """Weighted seconds a cold start costs on top of the seconds it waits: what keeping a model in L0

@@ -63,20 +63,22 @@ def _best_candidate(
     # A want's value on a node depends only on the node's link rates and where the model is there: nodes
     # alike (most of a cluster) value it once.
     nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float] = {}
-    hopeless = _hopeless(rnd, spec, ordered)
     if spec.id in cooling and not any(w.demand for w in wants):
         return []
+    miss, price = _floors(rnd, spec)
     for name, book in rnd.books.items():
         frm = book.closest(spec.id)
         tiers = [t for t in CACHE_TIERS if t.level < frm.level and book.can_hold(t, spec.size_bytes)]
+        saved = {t: rnd.valuer.saved(spec, book.node, frm, t) for t in tiers}
         best: _Candidate | None = None
         for i, want in enumerate(ordered):
             # The soonest want with any worthwhile tier wins (_tier_key): later ones need not be valued.
             if best is not None and not want.demand and want.t0 > best.want.t0:
                 break
-            if i in hopeless:
-                continue
             for tier in tiers:
+                bound = want.p * saved[tier] - (1 - want.p) * miss[tier] - (want.t1 - want.t0) * price[tier]
+                if bound <= 0 and not want.demand:
+                    continue  # not worth it, whatever the exact figures
                 key = (book.node.hop_rates, frm, tier, i)
                 net = nets.get(key)
                 if net is None:
@@ -104,32 +106,20 @@ def _best_candidate(
     return options
 
 
-def _hopeless(rnd: _Round, spec: ModelSpec, wants: Sequence[_Want]) -> set[int]:
-    """The wants (by position) that no tier on any node can be worth acting on: an upper bound of
-    ``_Valuer.net``, so that the many unlikely windows of a forecast cost a few products each.
-
-    Benefit is at most ``gains`` (waiting saved from L3 on the slowest node, and the cold start); a
-    wrong guess wastes at least the last hop into the tier on the fastest node, plus the cold start
-    into L0; holding costs at least the window at the memory price.
-    """
+def _floors(rnd: _Round, spec: ModelSpec) -> tuple[dict[Tier, float], dict[Tier, float]]:
+    """Per tier, the least a wrong guess can cost (the last hop into the tier on the fastest node, plus
+    the cold start into L0, times ``miss_penalty``), and what holding the model costs per second: with
+    what a node's copy would save, an upper bound of ``_Valuer.net`` at a few products per want."""
     config, valuer, size = rnd.config, rnd.valuer, spec.size_bytes
-    gains = rnd.gains[spec.id]
     nodes = [b.node for b in rnd.books.values()]
-    floor: dict[Tier, float] = {}
+    miss: dict[Tier, float] = {}
     for tier in CACHE_TIERS:
         wasted = 0.0
         if tier.level < Tier.L2.level:
             hop = min((valuer.raw_lead(n, size, tier.farther(), tier) for n in nodes), default=0.0)
             wasted = (hop + (config.cold_start_s if tier is Tier.L0 else 0.0)) * config.miss_penalty
-        floor[tier] = wasted
-    prices = {tier: size / 1e9 * config.price(tier) for tier in CACHE_TIERS}
-    out: set[int] = set()
-    for i, w in enumerate(wants):
-        if w.demand:
-            continue
-        if all(w.p * gains[t] - (1.0 - w.p) * floor[t] - (w.t1 - w.t0) * prices[t] <= 0 for t in CACHE_TIERS):
-            out.add(i)
-    return out
+        miss[tier] = wasted
+    return miss, {tier: size / 1e9 * config.price(tier) for tier in CACHE_TIERS}
 
 
 def _tier_key(c: _Candidate) -> tuple[bool, float, float, int]:
