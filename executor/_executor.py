@@ -13,6 +13,7 @@ stale, only unused.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -106,10 +107,13 @@ class Executor:
             clock=clock,
             direct_io=cfg.l2_direct_io,
         )
-        self.l1 = L1Cache(
-            cfg.l1_budget_bytes, pinned=self.device.type == "cuda", clock=clock, ttl_s=cfg.prefetch_ttl_s
-        )
-        self.l0 = L0Cache(l0_capacity(cfg, self.device), self.device, clock=clock, ttl_s=cfg.prefetch_ttl_s)
+        # An unused prefetch has one owner: the scheduler's misprediction rule, which counts it once,
+        # demotes it one tier and keeps it from being fetched straight back. A TTL of its own here fired
+        # first and dropped the copy behind the planner's back, so it is off unless set, as a safety net
+        # for an executor that no scheduler drives (an infinite TTL never expires anything).
+        ttl_s = cfg.prefetch_ttl_s if cfg.prefetch_ttl_s is not None else math.inf
+        self.l1 = L1Cache(cfg.l1_budget_bytes, pinned=self.device.type == "cuda", clock=clock, ttl_s=ttl_s)
+        self.l0 = L0Cache(l0_capacity(cfg, self.device), self.device, clock=clock, ttl_s=ttl_s)
         self._loader = Loader(
             settings=cfg,
             s3=self.s3_settings,
@@ -146,7 +150,7 @@ class Executor:
         return spec
 
     def _sweep(self) -> None:
-        """Evict stale versions and prefetched entries whose TTL ran out (cheap: a few entries)."""
+        """Evict stale versions, and prefetched entries whose TTL ran out if one is set (a few entries)."""
         current = {spec.key for spec in self._catalog}
         for cache in (self.l0.cache, self.l1.cache):
             cache.evict_where(lambda e: e.key not in current, "stale")
@@ -158,7 +162,7 @@ class Executor:
         """Bring ``model_id`` (the catalog's current version) to ``tier`` (L0, L1 or L2).
 
         ``demand=True`` means a request is waiting: this load pre-empts prefetches on shared links, and
-        the entries it creates count as used. Otherwise the entries are prefetched (subject to the TTL).
+        the entries it creates count as used. Otherwise the entries are prefetched (see ``prefetch_ttl_s``).
         """
         tier = Tier(tier)
         if tier is Tier.L3:

@@ -30,7 +30,7 @@ from forecaster._recent_rate import recent_rate_forecasts
 from forecaster._retrain import RetrainResult, retrain, selection_config, tracking_uri_of
 from forecaster._select import Choice, SelectionConfig
 from forecaster._tail_bench import TailBench, run_tail_bench
-from forecaster._tracking import CHAMPION, RegisterDecision, load_forecaster
+from forecaster._tracking import CHAMPION, RegisterDecision, champion_version, load_forecaster
 from forecaster._types import ModelForecast
 from forecaster.families import FAMILIES, Family
 
@@ -54,6 +54,7 @@ __all__ = [
     "TailBench",
     "backtest",
     "backtest_plots",
+    "champion_version",
     "fit_bundle",
     "forecast_plot",
     "load_forecaster",

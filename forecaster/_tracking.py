@@ -41,7 +41,14 @@ from prewarm import ForecastError, TrackingError, get_logger
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-__all__ = ["CHAMPION", "RegisterDecision", "load_forecaster", "log_retrain", "tracking_client"]
+__all__ = [
+    "CHAMPION",
+    "RegisterDecision",
+    "champion_version",
+    "load_forecaster",
+    "log_retrain",
+    "tracking_client",
+]
 
 log = get_logger(__name__)
 CHAMPION = "champion"
@@ -324,6 +331,22 @@ def _decide(client: MlflowClient, name: str, run_id: str, version: str, score: f
         extra={"promoted": promoted, "reason": reason, "run_id": run_id, "version": version},
     )
     return RegisterDecision(run_id, version, promoted, reason, score, champion_score)
+
+
+def champion_version(registered_model: str, *, tracking_uri: str) -> str | None:
+    """The registry version the ``champion`` alias of ``registered_model`` points to now; None while
+    there is none (no such model, or no alias yet). One registry call: cheap enough for a scheduler to
+    ask on every tick and so pick up a promotion made by hand or by another retrain."""
+    from mlflow.exceptions import MlflowException
+
+    client = tracking_client(tracking_uri)
+    with _mlflow_errors(f"read {registered_model}@{CHAMPION}"):
+        try:
+            return str(client.get_model_version_by_alias(registered_model, CHAMPION).version)
+        except MlflowException as exc:
+            if getattr(exc, "error_code", "") in {"RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"}:
+                return None
+            raise
 
 
 def load_forecaster(uri: str | Path, *, tracking_uri: str | None = None) -> ForecasterBundle:

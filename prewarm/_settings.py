@@ -138,7 +138,12 @@ class ExecutorSettings(_Section):
     l2_direct_io: bool = Field(
         default=True, description="read and write L2 with O_DIRECT where the filesystem allows it"
     )
-    prefetch_ttl_s: float = Field(default=600.0, gt=0, description="unused prefetched L1/L0 entries expire")
+    prefetch_ttl_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="a standalone executor's safety net: unused prefetched L1/L0 entries expire after this; "
+        "unset = the scheduler's misprediction rule owns them",
+    )
     executor_api_host: str = "127.0.0.1"
     executor_api_port: int = Field(default=8081, ge=0, le=65535)
 
@@ -206,8 +211,10 @@ class SchedulerSettings(_Section):
     miss_penalty: float = Field(
         default=2.0, ge=0, description="weighted seconds per second of a wasted L1/L0 prefetch; 0 = eager"
     )
-    cool_p: float = Field(
-        default=0.05, ge=0, le=1, description="an idle model leaves GPU memory when P(request) drops below"
+    memory_price: float = Field(
+        default=0.0,
+        ge=0,
+        description="weighted seconds per GB-minute a copy is held in L1/L0; 0: memory in budget is free",
     )
     cluster: Path | None = Field(default=None, description="cluster YAML; unset = one node from executor")
     demand_window_s: float = Field(

@@ -129,9 +129,23 @@ class NodeState:
     bandwidth: Mapping[str, float] = field(default_factory=dict)
     # Bytes in use that no listed resident explains (another tenant, an engine's own buffers).
     unlisted: Mapping[Tier, int] = field(default_factory=dict)
+    gpus: tuple[int, ...] = ()
+    """L0 bytes of each GPU (their sum is L0's capacity); empty when L0 is one pool of unknown split."""
+    gpu_ids: tuple[int, ...] = ()
+    """The node's index of each GPU of ``gpus`` (what ``Order.gpus`` and ``ResidentModel.gpus`` name)."""
+    gpu_used: tuple[int, ...] = ()
+    """Bytes in use on each GPU of ``gpus`` as the node reports them; empty when it does not say."""
 
     def residents(self, tier: Tier) -> tuple[ResidentModel, ...]:
         return self.resident.get(tier, ())
+
+    @property
+    def gpu_capacities(self) -> tuple[int, ...]:
+        """L0 per GPU, as ``prewarm.gpu_placement`` takes it; one GPU of all of L0 if the split is unknown."""
+        if self.gpus:
+            return self.gpus
+        total = self.capacity.get(Tier.L0, 0)
+        return (total,) if total > 0 else ()
 
     @functools.cached_property
     def hop_rates(self) -> tuple[float, ...]:
@@ -145,12 +159,15 @@ class ClusterState:
 
     ``pending`` are orders already published that the reports do not reflect yet: the planner books
     their bytes so that two rounds never promise the same free space twice. ``recent`` are orders
-    published lately, so that a model evicted as a misprediction is not fetched straight back.
+    published lately, so that a model evicted as a misprediction is not fetched straight back, and so
+    that the prefetch behind an unused copy is known. ``predicted``: for a prefetch's order id, when the
+    demand it was made for was predicted (the misprediction window counts from there).
     """
 
     nodes: Mapping[str, NodeState]
     pending: tuple[Order, ...] = ()
     recent: tuple[Order, ...] = ()
+    predicted: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def merge(
@@ -160,6 +177,7 @@ class ClusterState:
         *,
         pending: Iterable[Order] = (),
         recent: Iterable[Order] = (),
+        predicted: Mapping[str, float] | None = None,
     ) -> ClusterState:
         """The cluster file, with each executor's latest report laid over its node.
 
@@ -169,11 +187,19 @@ class ClusterState:
         nodes: dict[str, NodeState] = {}
         defaults = cluster.bandwidth.hops()
         for spec in cluster.nodes:
-            nodes[spec.name] = NodeState(name=spec.name, capacity=spec.capacity, bandwidth=dict(defaults))
+            gpus = tuple(g.memory_bytes for g in spec.gpus)
+            nodes[spec.name] = NodeState(
+                name=spec.name,
+                capacity=spec.capacity,
+                bandwidth=dict(defaults),
+                gpus=gpus,
+                gpu_ids=tuple(range(len(gpus))),
+                gpu_used=(0,) * len(gpus),
+            )
         for name, report in reports.items():
             base = nodes.get(name) or NodeState(name=name, capacity={}, bandwidth=dict(defaults))
             nodes[name] = _overlay(base, report)
-        return cls(nodes=nodes, pending=tuple(pending), recent=tuple(recent))
+        return cls(nodes=nodes, pending=tuple(pending), recent=tuple(recent), predicted=dict(predicted or {}))
 
 
 def _overlay(base: NodeState, report: ExecutorState) -> NodeState:
@@ -191,10 +217,35 @@ def _overlay(base: NodeState, report: ExecutorState) -> NodeState:
     bandwidth = dict(base.bandwidth)
     # Only a positive measurement replaces the configured figure: a hop not yet used measures nothing.
     bandwidth.update({hop: rate for hop, rate in report.bandwidth_bytes_per_s.items() if rate > 0})
+    gpus, gpu_ids, gpu_used = _gpus(base, report, capacity.get(Tier.L0, 0))
     return NodeState(
         name=base.name,
         capacity=capacity,
         resident=resident,
         bandwidth=bandwidth,
         unlisted=unlisted,
+        gpus=gpus,
+        gpu_ids=gpu_ids,
+        gpu_used=gpu_used,
     )
+
+
+def _gpus(
+    base: NodeState, report: ExecutorState, l0: int
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """L0 per GPU as (capacities, GPU indices, bytes in use): the report's own figures; else the file's
+    GPUs scaled to the L0 budget the executor reports (a fractional budget takes the same share of each
+    device), with no per-GPU use known; else none (one pool)."""
+    if report.gpus:
+        ordered = sorted(report.gpus, key=lambda g: g.index)
+        return (
+            tuple(g.capacity_bytes for g in ordered),
+            tuple(g.index for g in ordered),
+            tuple(g.used_bytes for g in ordered),
+        )
+    total = sum(base.gpus)
+    if not base.gpus or total <= 0 or l0 <= 0:
+        return (), (), ()
+    scaled = [g * l0 // total for g in base.gpus]
+    scaled[0] += l0 - sum(scaled)  # rounding: the shares add up to the reported budget
+    return tuple(scaled), base.gpu_ids, ()

@@ -42,7 +42,7 @@ _ORDERS = counter(
     "prewarm_scheduler_orders_total", "Orders handed out, by action and reason.", ["action", "reason"]
 )
 _MISPREDICTIONS = counter(
-    "prewarm_scheduler_mispredictions_total", "Prefetches evicted unused after the misprediction window."
+    "prewarm_scheduler_mispredictions_total", "Prefetches demoted unused after the misprediction window."
 )
 _PLAN_SECONDS = histogram(
     "prewarm_scheduler_plan_seconds",
@@ -57,6 +57,7 @@ _HINTS_ACTIVE = gauge("prewarm_scheduler_hints_active", "Hints whose window has 
 class _Known:
     order: Order
     settled: bool  # reflected in a report or answered by an outcome: no longer books bytes
+    predicted: float | None = None  # a prefetch's predicted demand: its misprediction window starts there
 
 
 class SchedulerCore:
@@ -164,12 +165,15 @@ class SchedulerCore:
         _HINTS_ACTIVE.set(sum(1 for h in self._hints if h.live(now)))
         pending = [k.order for k in self._known.values() if not k.settled and k.order.deadline > now]
         recent = [k.order for k in self._known.values()]
-        state = ClusterState.merge(self.cluster, self._reports, pending=pending, recent=recent)
+        predicted = {oid: k.predicted for oid, k in self._known.items() if k.predicted is not None}
+        state = ClusterState.merge(
+            self.cluster, self._reports, pending=pending, recent=recent, predicted=predicted
+        )
         result = plan_detailed(now, self._forecasts, hints, self.catalog, state, self.config, memo=self._memo)
         self._last, self._last_at = result, now
         fresh = [o for o in result.orders if o.id not in self._known]
         for order in fresh:
-            self._known[order.id] = _Known(order, settled=False)
+            self._known[order.id] = _Known(order, settled=False, predicted=result.predicted.get(order.id))
             _ORDERS.labels(order.action.value, order.reason.value).inc()
             if order.reason is OrderReason.MISPREDICTION:
                 _MISPREDICTIONS.inc()
@@ -180,13 +184,19 @@ class SchedulerCore:
         return fresh
 
     def _settle(self, now: float) -> None:
-        horizon = max(self.config.cooldown_s, self.config.misprediction_window_s)
+        # A prefetch is kept until its misprediction window has surely closed (it counts from the
+        # predicted demand, at the latest the order's deadline) and the cool-down after it too.
+        horizon = self.config.cooldown_s + self.config.misprediction_window_s
         answered = {o.order_id for r in self._reports.values() for o in r.recent_outcomes}
+        memory = max(horizon, self.config.misprediction_memory_s)
         for oid, known in list(self._known.items()):
-            if known.order.deadline < now - horizon:
+            # A misprediction is remembered longer: each one since the model last served a request
+            # doubles its cool-down.
+            keep = memory if known.order.reason is OrderReason.MISPREDICTION else horizon
+            if known.order.deadline < now - keep:
                 del self._known[oid]  # long past: no longer needed even for cool-downs
             elif not known.settled and (oid in answered or _reflected(known.order, self._reports)):
-                self._known[oid] = _Known(known.order, settled=True)
+                self._known[oid] = _Known(known.order, settled=True, predicted=known.predicted)
 
     # ------------------------------------------------------------------ views (for the API)
 

@@ -11,7 +11,9 @@ scheduler per job store: APScheduler 3 does not coordinate two processes over on
 
 Orders due now are published on the caller's thread (a hint's orders are on Kafka before its HTTP
 response returns); later ones become date jobs. Inputs that cost I/O (forecasts, recent demand) are
-refreshed by the interval job only.
+refreshed by the interval job only. The forecaster served is the registry's champion and nothing else:
+a retrain that lost the comparison is not served, and the planning tick asks the registry every
+``champion_poll_s`` whether the alias moved (a promotion by hand, or by another retrain).
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
 from forecaster import (
-    CHAMPION,
     ForecasterBundle,
     ModelForecast,
     RetrainResult,
+    champion_version,
     load_forecaster,
     recent_rate_forecasts,
     tracking_uri_of,
@@ -78,7 +80,7 @@ _JOBSTORE_TABLE = "prewarm_scheduler_jobs"
 _PLAN_JOB = "prewarm-plan"
 _RETRAIN_JOB = "prewarm-retrain"
 _RETRY_S = 2.0
-_CHAMPION_RETRY_S = 600.0
+_CHAMPION_POLL_S = 60.0
 
 _CURRENT: Runtime | None = None
 
@@ -147,9 +149,11 @@ class Runtime:
         clock: Callable[[], float] = time.time,
         jobstore_url: str | None = None,
         catalog_path: Path | None = None,
+        champion_poll_s: float = _CHAMPION_POLL_S,
     ) -> None:
         """``jobstore_url`` defaults to ``settings.database_url``; a benchmark passes a scratch one.
-        With ``catalog_path`` the catalog is re-read at each planning tick after the file changed."""
+        With ``catalog_path`` the catalog is re-read at each planning tick after the file changed.
+        ``champion_poll_s``: how often a planning tick asks the registry which forecaster is champion."""
         self._catalog = CatalogWatcher(catalog_path) if catalog_path else None
         self.settings = settings
         self._jobstore_url = jobstore_url or settings.database_url
@@ -168,8 +172,11 @@ class Runtime:
         self._follower: StateFollower | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._store: DemandStore | None = None
-        self._bundle: ForecasterBundle | None = None  # once trained or loaded
-        self._bundle_tried_at = -math.inf
+        # The champion once loaded or trained, and its registry version (None: not from the registry).
+        # One tuple, replaced whole: the retrain job and the planning tick run on different threads.
+        self._served: tuple[ForecasterBundle | None, str | None] = (None, None)
+        self._champion_poll_s = champion_poll_s
+        self._champion_asked_at = -math.inf
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -366,35 +373,71 @@ class Runtime:
         forecasts.update({m: f for m, f in trained.items() if m in self.core.catalog})
         return forecasts, demand_hints(last, now, window)
 
-    def _champion(self, now: float) -> ForecasterBundle | None:
-        """The registry's champion forecaster, loaded on first use and retried every few minutes.
+    @property
+    def forecaster(self) -> ForecasterBundle | None:
+        """The forecaster being served: the registry's champion (or a retrain no registry judged)."""
+        return self._served[0]
 
-        Until one exists (a fresh install, MLflow down) the planner runs on hints and recent demand.
+    @property
+    def forecaster_version(self) -> str | None:
+        """The registry version of the forecaster being served; None before one is, or for a bundle
+        that never went through the registry (a retrain without tracking)."""
+        return self._served[1]
+
+    def _champion(self, now: float) -> ForecasterBundle | None:
+        """The registry's champion forecaster: asked for every ``champion_poll_s`` and loaded when the
+        alias has moved (a retrain here or elsewhere promoted one, or someone promoted one by hand).
+
+        Until one exists (a fresh install, MLflow down) the planner runs on hints and recent demand, and
+        what it served last stays served while the registry cannot be reached.
         """
-        if self._bundle is not None or now - self._bundle_tried_at < _CHAMPION_RETRY_S:
-            return self._bundle
-        self._bundle_tried_at = now
-        uri = f"models:/{self.settings.forecast.registered_model}@{CHAMPION}"
+        if now - self._champion_asked_at >= self._champion_poll_s:
+            self.poll_champion(now)
+        return self._served[0]
+
+    def poll_champion(self, now: float | None = None) -> str | None:
+        """Ask the registry which version is champion now and serve it if it is not served yet;
+        returns the version served."""
+        self._champion_asked_at = self._clock() if now is None else now
+        name = self.settings.forecast.registered_model
+        tracking = tracking_uri_of(self.settings)
+        served = self._served[1]
         try:
-            self._bundle = load_forecaster(uri, tracking_uri=tracking_uri_of(self.settings))
-            log.info("forecaster loaded", extra={"uri": uri})
+            version = champion_version(name, tracking_uri=tracking)
+            if version is None or version == served:
+                return served
+            bundle = load_forecaster(f"models:/{name}/{version}", tracking_uri=tracking)
         except (PrewarmError, OSError) as exc:
             log.info(
-                "no trained forecaster yet; planning from hints and recent demand",
-                extra={"why": str(exc)[:200]},
+                "no champion forecaster to load; planning with what is served",
+                extra={"why": str(exc)[:200], "served": served},
             )
-        return self._bundle
+            return served
+        self._served = (bundle, version)
+        log.info("champion forecaster loaded", extra={"model": name, "version": version})
+        return version
 
     def retrain(self) -> None:
-        """The daily retrain; its bundle is used at once, without waiting for the registry."""
+        """The daily retrain. Its bundle is served at once if it became champion (or if no registry
+        judged it); one that lost the comparison is not: the champion stays served."""
         started = time.perf_counter()
         try:
             result = self._retrain(self.settings, self._demand_store(), self._clock())
         except PrewarmError as exc:
             log.error("daily retrain failed", extra={"error": str(exc)})
             return
-        self._bundle = result.bundle
-        log.info("daily retrain done", extra={"seconds": round(time.perf_counter() - started, 1)})
+        decision = result.decision
+        seconds = round(time.perf_counter() - started, 1)
+        if decision is None or decision.promoted:
+            self._served = (result.bundle, decision.model_version if decision is not None else None)
+            log.info("daily retrain done, serving it", extra={"seconds": seconds})
+        else:
+            log.info(
+                "daily retrain done; the champion stays served",
+                extra={"seconds": seconds, "reason": decision.reason},
+            )
+            if self._served[0] is None:
+                self._champion_asked_at = -math.inf  # load the champion that won at the next tick
 
     def scheduled_orders(self) -> list[tuple[str, datetime | None]]:
         """(job id, next run) of the timed orders waiting in the job store."""

@@ -4,36 +4,45 @@ For each model the planner finds when it is next wanted (a demand signal, a hint
 forecast window worth acting on), picks a node, and values each cache tier closer than where the model
 is now::
 
-    benefit(T) = P(request in window) × seconds of waiting saved by being in T × priority weight
-    miss(T)    = (1 - P) × seconds of transfer into L1/L0 that a wrong guess wastes × ``miss_penalty``
-    cost(T)    = GB × seconds held in T × the tier's price per GB·s (by default only disk has a price)
+    benefit(T) = P(request in window) × (seconds of waiting saved by being in T
+                                          + ``cold_start_s`` when T is GPU memory) × priority weight
+    miss(T)    = (1 - P) × (seconds of transfer into L1/L0 that a wrong guess wastes
+                            + ``cold_start_s`` into GPU memory) × ``miss_penalty``
+    cost(T)    = GB × minutes held in T × ``memory_price`` (L0, L1), and a token price on disk
 
-The tier with the best positive ``benefit - miss - cost`` is the target. Memory that nothing else wants
-costs nothing to fill: the real cost of holding a model is the opportunity cost of what it displaces,
-and that is arbitrated by value when room is made (a newcomer displaces only residents worth less, where
-a resident is worth ``P × seconds saved × weight``). ``miss`` is what keeps speculation honest: a move
-into host or GPU memory pays off only when ``P × weight > (1 - P) × miss_penalty`` (P > 2/3 for a
-standard model with the default), so few prefetches are wasted. The prefetch starts ``lead`` seconds
-before the window: the hops still to do at the node's measured bandwidth, plus a margin. Candidates are
-placed most urgent first (demand, then the soonest window) into a per-node book of bytes per tier that is
-never over-committed: room is made by demoting less valuable residents one tier down (L0→L1→L2, and from
-L2 out to L3), or the target falls back one tier, or the candidate waits for a later round (deferred).
+The tier with the best positive ``benefit - miss - cost`` is the target. A cold start counts as such,
+not only by the seconds it waits: a 2 GB model's is a cold start like a 140 GB one's. ``miss`` keeps
+speculation honest: a move into host or GPU memory pays off only when ``P × weight > (1 - P) ×
+miss_penalty`` (P > 2/3 for a standard model with the default, whatever its size). The prefetch starts
+``lead`` seconds before the window: the hops still to do at the node's measured bandwidth, plus a
+margin. Candidates are placed most urgent first (demand, then the soonest window) into a per-node book
+of bytes per tier, and per GPU for L0 (``prewarm.gpu_placement``: a model larger than one GPU takes
+shards on several GPUs of one node; L0 orders name their GPUs), that is never over-committed: room is
+made by demoting less valuable residents one tier down (L0→L1→L2, and from L2 out to L3), or the target
+falls back one tier, or the candidate waits for a later round (deferred).
+
+Nothing is demoted or evicted while nothing wants the room, with two exceptions. The misprediction
+rule: a prefetched copy that served no request within ``misprediction_window_s`` of the time its
+demand was predicted is demoted one tier down and counted, once; the planner is its one owner (the
+executor keeps no timer of its own unless told to), and a model so demoted is not fetched again within
+``cooldown_s``. And the price of memory, where one is set: a copy is released one tier down when
+P(a request before the next decision) × what it saves is worth less than ``memory_price`` × GB ×
+minutes, so that the cheap models are held and the expensive ones released (the default price is 0:
+memory in prewarm's budget is paid for either way).
 
 Hysteresis keeps the plan from thrashing: a resident is only demoted to make room when it is worth less
 than the newcomer (which also pays ``miss``, a resident does not) and was neither loaded nor used within
-``min_residence_s``; a resident cools down on its own only under pressure, one tier per round at most,
-and only when a request in the window has become unlikely (out of GPU memory, ``P < cool_p``) or its
-benefit falls below ``keep_ratio`` times a configured holding cost; and a model evicted as a
-misprediction is not fetched again within ``cooldown_s``.
+``min_residence_s``.
 
 Order ids are a digest of (node, model, version, action, tier, time bucket of the reason), so the same
 decision taken in two rounds, or by two scheduler replicas, has the same id and is applied once.
 
 The package, one module per idea: ``_config`` (knobs, results, decisions and their order ids),
 ``_wants`` (when a model is wanted, and the forecast windows kept between rounds), ``_value`` (what a
-tier is worth), ``_book`` (the per-node books and making room), ``_placement`` (candidates and placing
-them), ``_eviction`` (mispredictions, cool-downs, cooling out of memory), ``_memo`` (what a caller that
-plans repeatedly keeps between rounds) and ``_round`` (``plan`` and the round itself).
+tier is worth), ``_book`` (the per-node books, GPU memory per GPU, and making room), ``_placement``
+(candidates and placing them), ``_eviction`` (mispredictions, cool-downs, the price of memory),
+``_memo`` (what a caller that plans repeatedly keeps between rounds) and ``_round`` (``plan`` and the
+round itself).
 """
 
 from __future__ import annotations

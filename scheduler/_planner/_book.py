@@ -1,17 +1,30 @@
-"""The round's books: bytes per tier on each node as this round's decisions leave them.
+"""The round's books: bytes per tier on each node as this round's decisions leave them, and GPU memory
+per GPU.
 
 A book opens with what the node reports (each resident valued by what keeping it is worth), books the
 orders already out but not yet reported, and makes room for a newcomer by demoting residents worth less,
-one tier down. It is never over-committed. ``_Round`` carries the books and what the round has decided.
+one tier down. It is never over-committed, nor is any one GPU: an L0 copy is placed on GPUs by
+``prewarm.gpu_placement`` (a model larger than one GPU takes equal shards on several of the node), as
+the executor and the simulator place it. ``_Round`` carries the books and what the round has decided.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from models import Catalog
-from prewarm import CACHE_TIERS, Order, OrderAction, ResidentModel, Tier, admit, effect
+from prewarm import (
+    CACHE_TIERS,
+    Order,
+    OrderAction,
+    ResidentModel,
+    Tier,
+    admit,
+    effect,
+    gpu_placement,
+    gpu_shards,
+)
 from scheduler._cluster import ClusterState, NodeState
 from scheduler._planner._config import _INF, Placement, PlannerConfig, _Decision
 from scheduler._planner._value import _Valuer
@@ -24,12 +37,15 @@ class _Entry:
     bytes: int
     value: float  # what keeping it here is worth; a newcomer must be worth more to displace it
     protected: bool  # placed this round, pinned, or recently loaded/used: never a victim
+    gpus: tuple[int, ...] = ()  # L0 only: the book's GPUs (positions) holding one shard each
+
+    def shard(self) -> int:
+        return -(-self.bytes // max(len(self.gpus), 1))
 
 
 class _Book:
-    """Bytes per tier on one node during one round; copied before a tentative placement.
-
-    ``put`` and ``drop`` keep a running total per tier, so asking for free room costs nothing.
+    """Bytes per tier, and per GPU for L0, on one node during one round; copied before a tentative
+    placement. ``put`` and ``drop`` keep running totals, so asking for free room costs nothing.
     """
 
     def __init__(
@@ -38,25 +54,68 @@ class _Book:
         capacity: dict[Tier, int],
         held: dict[Tier, dict[str, _Entry]],
         used: dict[Tier, int],
+        gpu_used: list[int],
     ) -> None:
         self.node = node
         self.capacity = capacity
         self.held = held
         self._used = used  # the entries' bytes, and bytes the node reports in use but does not list
+        self.gpu_capacity = node.gpu_capacities
+        self._gpu_used = gpu_used
 
     def free(self, tier: Tier) -> int:
         return self.capacity[tier] - self._used[tier]
+
+    def gpu_free(self) -> list[int]:
+        return [c - u for c, u in zip(self.gpu_capacity, self._gpu_used, strict=True)]
+
+    def placement(self, size: int) -> tuple[int, ...] | None:
+        """The GPUs an L0 copy of ``size`` bytes would go to now; None: no GPUs have room for it."""
+        return gpu_placement(size, self.gpu_capacity, self.gpu_free())
+
+    def can_hold(self, tier: Tier, size: int) -> bool:
+        """Whether ``tier`` could ever hold ``size`` bytes, emptied (in L0: on GPUs of this node)."""
+        if tier is Tier.L0:
+            return gpu_shards(size, self.gpu_capacity) is not None and self.capacity[tier] >= size
+        return self.capacity[tier] >= size
+
+    def fits(self, tier: Tier, size: int) -> bool:
+        """Whether ``size`` bytes fit in ``tier``'s free room now (in L0: on some GPUs)."""
+        if tier is Tier.L0:
+            return self.free(tier) >= size and self.placement(size) is not None
+        return self.free(tier) >= size
+
+    def gpu_ids(self, positions: Sequence[int]) -> list[int]:
+        """The node's GPU indices for the book's ``positions``; [] when the node does not split L0."""
+        return [self.node.gpu_ids[p] for p in positions] if self.node.gpus else []
 
     def put(self, tier: Tier, key: str, entry: _Entry) -> None:
         self.drop(tier, key)
         self.held[tier][key] = entry
         self._used[tier] += entry.bytes
+        if tier is Tier.L0:
+            for g in entry.gpus:
+                self._gpu_used[g] += entry.shard()
 
     def drop(self, tier: Tier, key: str) -> _Entry | None:
         entry = self.held[tier].pop(key, None)
         if entry is not None:
             self._used[tier] -= entry.bytes
+            if tier is Tier.L0:
+                for g in entry.gpus:
+                    self._gpu_used[g] -= entry.shard()
         return entry
+
+    def put_l0(self, key: str, entry: _Entry, gpus: Sequence[int] = ()) -> None:
+        """``put`` in L0 on ``gpus`` (positions), or where ``placement`` puts it, or, for a copy that
+        does not fit anywhere (one the node already holds or is loading), on the roomiest GPUs."""
+        chosen = tuple(gpus) or self.placement(entry.bytes) or self._roomiest(entry.bytes)
+        self.put(Tier.L0, key, replace(entry, gpus=chosen))
+
+    def _roomiest(self, size: int) -> tuple[int, ...]:
+        n = gpu_shards(size, self.gpu_capacity) or len(self.gpu_capacity)
+        free = self.gpu_free()
+        return tuple(sorted(sorted(range(len(free)), key=lambda g: (-free[g], g))[:n]))
 
     def closest(self, model: str) -> Tier:
         return next((t for t in CACHE_TIERS if model in self.held[t]), Tier.L3)
@@ -67,7 +126,13 @@ class _Book:
 
     def copy(self) -> _Book:
         # Entries are replaced, never mutated, so copying the per-tier dicts is enough.
-        return _Book(self.node, self.capacity, {t: dict(d) for t, d in self.held.items()}, dict(self._used))
+        return _Book(
+            self.node,
+            self.capacity,
+            {t: dict(d) for t, d in self.held.items()},
+            dict(self._used),
+            list(self._gpu_used),
+        )
 
 
 @dataclass
@@ -87,14 +152,20 @@ class _Round:
     deferred: list[Placement] = field(default_factory=list)
     mispredictions: list[tuple[str, str]] = field(default_factory=list)
     moved: set[str] = field(default_factory=set)
+    predicted: dict[str, float] = field(default_factory=dict)
+    """For each prefetch ordered this round, by order id: when its demand was predicted."""
+    open_bets: set[tuple[str, str]] = field(default_factory=set)
+    """(node, model) of prefetched copies still within their misprediction window."""
 
     def held(self, model: str, tier: Tier) -> bool:
         """Whether some node has ``model`` in ``tier`` or closer: requests go to the closest copy."""
         return any(b.holds(model, tier) for b in self.books.values())
 
-    def emit(self, decision: _Decision) -> None:
+    def emit(self, decision: _Decision) -> Order:
         """Order what was decided, stamped with this round's time."""
-        self.orders.append(decision.to_order(self.now, self.config))
+        order = decision.to_order(self.now, self.config)
+        self.orders.append(order)
+        return order
 
 
 def _open_book(rnd: _Round, node: NodeState) -> _Book:
@@ -117,12 +188,41 @@ def _open_book(rnd: _Round, node: NodeState) -> _Book:
                 value=value,
                 protected=_protected(r, now, config) or not in_catalog,
             )
-    return _Book(
+    book = _Book(
         node=node,
         capacity={t: node.capacity.get(t, 0) for t in CACHE_TIERS},
-        held=held,
+        held={t: ({} if t is Tier.L0 else held[t]) for t in CACHE_TIERS},
         used={t: node.unlisted.get(t, 0) + sum(e.bytes for e in held[t].values()) for t in CACHE_TIERS},
+        gpu_used=[0] * len(node.gpu_capacities),
     )
+    _open_gpus(book, node, held[Tier.L0])
+    return book
+
+
+def _open_gpus(book: _Book, node: NodeState, l0: dict[str, _Entry]) -> None:
+    """Place the L0 residents on their GPUs: where the node says they are, else where
+    ``prewarm.gpu_placement`` would have put them; then add the bytes in use that no resident explains."""
+    used = dict(book._used)
+    position = {gpu: p for p, gpu in enumerate(node.gpu_ids)} if node.gpus else {}
+    reported = {r.model if r.model in l0 else f"{r.model}@{r.version}": r for r in node.residents(Tier.L0)}
+    unplaced = []
+    for key, entry in l0.items():
+        r = reported.get(key)
+        gpus = tuple(position[g] for g in r.gpus if g in position) if r is not None and position else ()
+        if r is not None and gpus and len(gpus) == len(r.gpus):
+            book.put(Tier.L0, key, replace(entry, gpus=gpus))
+        else:
+            unplaced.append((key, entry))
+    for key, entry in sorted(unplaced, key=lambda kv: (-kv[1].bytes, kv[0])):
+        book.put_l0(key, entry)
+    extra = [max(u - b, 0) for u, b in zip(node.gpu_used, book._gpu_used, strict=False)]
+    if not node.gpu_used and book.gpu_capacity:
+        unlisted = node.unlisted.get(Tier.L0, 0)
+        total = sum(book.gpu_capacity)
+        extra = [unlisted * c // total for c in book.gpu_capacity]
+    for g, more in enumerate(extra):
+        book._gpu_used[g] += more
+    book._used = used  # the tier's total was counted from the report already
 
 
 def _protected(r: ResidentModel, now: float, config: PlannerConfig) -> bool:
@@ -137,7 +237,7 @@ def _book_pending(rnd: _Round, cluster: ClusterState) -> None:
 
     Each is booked as the executor will carry it out (``prewarm.admit`` and ``prewarm.effect``): one it
     would refuse changes nothing. A prefetch's copies are never victims this round; a demoted copy keeps
-    what it was worth where it was.
+    what it was worth where it was. An L0 copy goes on the GPUs its order names.
     """
     for order in sorted(cluster.pending, key=lambda o: (o.not_before, o.id)):
         book = rnd.books.get(order.node)
@@ -152,16 +252,19 @@ def _book_pending(rnd: _Round, cluster: ClusterState) -> None:
         if order.action is OrderAction.PREFETCH or moved is None:
             moved = _Entry(order.model, spec.size_bytes, _INF, True)
         for tier in change.fills:
-            book.put(tier, order.model, moved)
+            if tier is Tier.L0:
+                position = {gpu: p for p, gpu in enumerate(book.node.gpu_ids)} if book.node.gpus else {}
+                gpus = [position[g] for g in order.gpus if g in position]
+                book.put_l0(order.model, moved, gpus if len(gpus) == len(order.gpus) else ())
+            else:
+                book.put(tier, order.model, replace(moved, gpus=()))
         for tier in change.drops:
             book.drop(tier, order.model)
 
 
-def _make_room(book: _Book, tier: Tier, need: int, value: float, moves: list[tuple[str, Tier, Tier]]) -> bool:
-    """Free ``need`` bytes in ``tier`` by demoting residents worth less than ``value`` one tier down."""
-    if book.free(tier) >= need:
-        return True
-    victims = sorted(
+def _victims(book: _Book, tier: Tier, value: float) -> list[_Entry]:
+    """Residents of ``tier`` that a newcomer worth ``value`` may displace, least valuable first."""
+    return sorted(
         (
             e
             for e in book.held[tier].values()
@@ -169,14 +272,73 @@ def _make_room(book: _Book, tier: Tier, need: int, value: float, moves: list[tup
         ),
         key=lambda e: (e.value, -e.bytes, e.model),
     )
-    for victim in victims:
+
+
+def _demote(
+    book: _Book, victim: _Entry, tier: Tier, value: float, moves: list[tuple[str, Tier, Tier]]
+) -> bool:
+    """Move ``victim`` from ``tier`` one tier down (making room there too); False if it cannot go."""
+    lower = tier.farther()
+    if lower in CACHE_TIERS and victim.model not in book.held[lower]:
+        if not _make_room(book, lower, victim.bytes, value, moves):
+            return False
+        book.put(lower, victim.model, replace(victim, protected=True, gpus=()))
+    book.drop(tier, victim.model)
+    moves.append((victim.model, tier, lower))
+    return True
+
+
+def _make_room(book: _Book, tier: Tier, need: int, value: float, moves: list[tuple[str, Tier, Tier]]) -> bool:
+    """Free ``need`` bytes in ``tier`` by demoting residents worth less than ``value`` one tier down;
+    in L0, on GPUs where an L0 copy of ``need`` bytes can then be placed."""
+    if tier is Tier.L0:
+        return _make_gpu_room(book, need, value, moves)
+    if book.free(tier) >= need:
+        return True
+    for victim in _victims(book, tier, value):
         if book.free(tier) >= need:
             break
-        lower = tier.farther()
-        if lower in CACHE_TIERS and victim.model not in book.held[lower]:
-            if not _make_room(book, lower, victim.bytes, value, moves):
-                continue
-            book.put(lower, victim.model, replace(victim, protected=True))
-        book.drop(tier, victim.model)
-        moves.append((victim.model, tier, lower))
+        _demote(book, victim, tier, value, moves)
     return book.free(tier) >= need
+
+
+def _make_gpu_room(book: _Book, need: int, value: float, moves: list[tuple[str, Tier, Tier]]) -> bool:
+    """``_make_room`` in GPU memory: the copy takes ``prewarm.gpu_shards`` GPUs with a shard's room
+    each, so the GPUs that are cheapest to clear are cleared (by the most valuable victim each needs,
+    then the bytes moved), least valuable victims first on each."""
+    if book.fits(Tier.L0, need):
+        return True
+    n = gpu_shards(need, book.gpu_capacity)
+    if n is None or book.capacity[Tier.L0] < need:
+        return False
+    shard = -(-need // n)
+    victims = _victims(book, Tier.L0, value)
+    free = book.gpu_free()
+    plans: list[tuple[tuple[float, int], int, list[_Entry]]] = []
+    for g, capacity in enumerate(book.gpu_capacity):
+        if capacity < shard:
+            continue
+        chosen: list[_Entry] = []
+        room = free[g]
+        for victim in victims:
+            if room >= shard:
+                break
+            if g in victim.gpus:
+                chosen.append(victim)
+                room += victim.shard()
+        if room >= shard:
+            cost = (max((v.value for v in chosen), default=-_INF), sum(v.bytes for v in chosen))
+            plans.append((cost, g, chosen))
+    if len(plans) < n:
+        return False
+    plans.sort(key=lambda p: (p[0], p[1]))
+    for _, _, chosen in plans[:n]:
+        for victim in chosen:
+            if victim.model in book.held[Tier.L0]:
+                _demote(book, victim, Tier.L0, value, moves)
+    # Room by GPU, and in the tier as a whole (bytes the node reports in use that no GPU explains).
+    while not book.fits(Tier.L0, need):
+        rest = [v for v in victims if v.model in book.held[Tier.L0]]
+        if not rest or not _demote(book, rest[0], Tier.L0, value, moves):
+            return False
+    return True

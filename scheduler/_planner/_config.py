@@ -41,23 +41,46 @@ class PlannerConfig:
     """Fixed cost of each hop (allocation, open, engine hand-over) on top of bytes / bandwidth."""
     price_per_gb_s: Mapping[Tier, float] = field(default_factory=_default_prices)
     """Cost of holding one GB in a tier for one second, in the same unit as a weighted second waited."""
-    keep_ratio: float = 0.5
-    """A resident stays while benefit ≥ keep_ratio × cost; a newcomer needs benefit > cost (hysteresis)."""
     miss_penalty: float = 2.0
     """Weighted seconds charged per second of an L1/L0 transfer that serves no request, times (1 - P).
 
     A speculative move there is made when ``P × weight > (1 - P) × miss_penalty``: for a standard model
     P > 2/3 with 2, so that mispredictions stay a small share of prefetches; 0 prefetches on any chance.
     """
-    cool_p: float = 0.05
-    """A forecast resident of L0 is demoted on its own (not to make room) when P(request in the
-    window) falls below this: it keeps room for a demand load that would otherwise evict by LRU."""
+    memory_price: float = 0.0
+    """Weighted seconds charged per GB·minute a copy is held in L0 or L1: what memory costs.
+
+    It prices holding and prefetching alike, so that a 2 GB model is kept warm far longer than a 140 GB
+    one for the same GB-minutes: a resident is released (one tier down) when the chance of a request
+    before the next decision, times what the copy saves that request, is worth less than holding it
+    until then; a prefetch must pay for the GB-minutes from its load to the end of its window. At 0.05,
+    for instance, a 140 GB copy stays in GPU memory (host memory 3 s away) only while a request in the
+    next minute has P > 0.84, a 2 GB one while P > 0.02.
+
+    The default, 0, is what memory costs on a live platform inside the budget given to prewarm: that
+    memory is paid for whether it holds a model or not, so nothing is released while nothing wants the
+    room (room is then arbitrated by value when it is made), and a cluster where everything fits never
+    makes more cold starts than loading on request. Set a price where held memory has another use: GPUs
+    shared with the engines' KV cache, nodes that scale down when idle, or the serverless comparison
+    (``prewarm sim run --unlimited``, where idle memory is the cost being minimised); the simulator
+    sweeps it as ``prewarm:X`` to draw the trade-off between idle GB-minutes and cold starts.
+    """
+    cold_start_s: float = 5.0
+    """Weighted seconds a cold start costs on top of the seconds it waits: what keeping a model in L0
+    saves besides the transfer. A 2 GB model's cold start is a cold start like a 140 GB one's (the
+    per-model cold-start rate counts both the same), though its transfer takes a fraction of a second."""
+    decision_interval_s: float = 60.0
+    """How often the planner decides again (the plan interval): a hold is judged until the next one."""
     min_residence_s: float = 120.0
     """A model loaded or used this recently is never demoted to make room for a speculative prefetch."""
     misprediction_window_s: float = 600.0
-    """A prefetched model unused this long after it was loaded is evicted from L1/L0 and counted."""
+    """A prefetched model that served no request this long after its demand was predicted (the want's
+    arrival, the hint's expected time) is demoted one tier down and counted as a misprediction, once."""
     cooldown_s: float = 600.0
-    """A model evicted as a misprediction is not prefetched again on that node for this long."""
+    """A model demoted as a misprediction is not prefetched again, on any node, for this long; twice as
+    long after a second misprediction with no request served in between, and so on."""
+    misprediction_memory_s: float = 86_400.0
+    """How long a misprediction is remembered for that doubling (by whoever keeps the orders)."""
     order_ttl_s: float = 120.0
     """Deadline of demotions and evictions, counted from when they are due."""
     id_bucket_s: float = 60.0
@@ -65,13 +88,20 @@ class PlannerConfig:
     arrival_quantile: float = 0.1
     """A forecast model must be in place when this share of its window's probability has passed."""
 
+    def price(self, tier: Tier) -> float:
+        """What holding one GB in ``tier`` for one second costs: its configured price, plus the memory
+        price in host and GPU memory."""
+        memory = self.memory_price / 60.0 if tier in (Tier.L0, Tier.L1) else 0.0
+        return self.price_per_gb_s.get(tier, 0.0) + memory
+
     @classmethod
     def from_settings(cls, settings: SchedulerSettings, **overrides: Any) -> PlannerConfig:
         base = cls(
             misprediction_window_s=settings.misprediction_window_s,
             cooldown_s=settings.misprediction_window_s,
             miss_penalty=settings.miss_penalty,
-            cool_p=settings.cool_p,
+            memory_price=settings.memory_price,
+            decision_interval_s=settings.plan_interval_s,
             order_ttl_s=max(4 * settings.plan_interval_s, 10.0),
         )
         return replace(base, **overrides)
@@ -98,7 +128,10 @@ class Plan:
     deferred: tuple[Placement, ...]
     """Prefetches worth doing that did not fit anywhere this round: they wait for room."""
     mispredictions: tuple[tuple[str, str], ...]
-    """(node, model) pairs evicted because the prefetch served no request within the window."""
+    """(node, model) pairs demoted because the prefetch served no request within the window."""
+    predicted: Mapping[str, float] = field(default_factory=dict)
+    """For each prefetch ordered, by order id: when the demand it is for was predicted. Pass it back in
+    ``ClusterState.predicted``: the misprediction window counts from there."""
 
 
 def order_id(node: str, model: str, version: str, action: OrderAction, tier: Tier, bucket: int) -> str:
@@ -123,6 +156,7 @@ class _Decision:
     deadline: float
     key_time: float
     demand: bool = False
+    gpus: tuple[int, ...] = ()  # an L0 copy's GPUs (the node's indices); none: the executor chooses
 
     def to_order(self, now: float, config: PlannerConfig) -> Order:
         bucket = math.floor(self.key_time / config.id_bucket_s)
@@ -140,4 +174,5 @@ class _Decision:
             deadline=max(self.deadline, self.not_before + 1.0),
             created_at=now,
             demand=self.demand,
+            gpus=list(self.gpus),
         )

@@ -1,145 +1,217 @@
-"""Giving room back: prefetches that served no request (mispredictions), the cool-down that keeps such a
-model from being fetched straight back, and forecast residents cooled out of memory under pressure."""
+"""Giving room back without a newcomer asking for it: only prefetches that served no request
+(mispredictions), and, where memory has a price, copies not worth what holding them costs.
+
+Apart from these two rules nothing is demoted or evicted while nothing wants the room: room is made by
+``_make_room`` when a placement needs it, by value. A cooling rule of old demoted unlikely models out of
+GPU memory on its own; on a cluster where everything fits it made five times the cold starts of loading
+on request, each demoted model's next request being one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+import math
+from collections.abc import Mapping
 
 from forecaster import ModelForecast
-from prewarm import Hint, OrderAction, OrderReason, Tier
+from models import ModelSpec
+from prewarm import CACHE_TIERS, Order, OrderAction, OrderReason, Tier
 from scheduler._cluster import ClusterState
-from scheduler._planner._book import _Round
+from scheduler._planner._book import _Book, _Entry, _make_room, _Round
 from scheduler._planner._config import PlannerConfig, _Decision
 
 
-def _cooldowns(cluster: ClusterState, now: float, config: PlannerConfig) -> set[tuple[str, str]]:
-    return {
-        (o.node, o.model)
-        for o in (*cluster.recent, *cluster.pending)
-        if o.reason is OrderReason.MISPREDICTION and now - o.not_before < config.cooldown_s
-    }
+def _cooldowns(cluster: ClusterState, now: float, config: PlannerConfig) -> set[str]:
+    """The models not to prefetch now, on any node, because a prefetch of theirs was mispredicted.
+
+    A misprediction says the forecast was wrong about the model, not about the node: cooled on one node
+    only, a model a forecast kept wanting was fetched again on the next node the round after, and again
+    on the next. The cool-down doubles with each misprediction since the model last served a request
+    (a demand load, or a resident copy used after it), so that a forecast that keeps promising requests
+    that never come costs a few prefetches a day, not one every window.
+    """
+    orders = (*cluster.recent, *cluster.pending)
+    misses: dict[str, list[float]] = {}
+    for o in orders:
+        if o.reason is OrderReason.MISPREDICTION and o.not_before <= now:
+            misses.setdefault(o.model, []).append(o.not_before)
+    if not misses:
+        return set()
+    used: dict[str, float] = {}
+    for o in orders:
+        if o.demand and o.not_before <= now:
+            used[o.model] = max(used.get(o.model, -math.inf), o.not_before)
+    for node in cluster.nodes.values():
+        for tier in CACHE_TIERS:
+            for r in node.residents(tier):
+                if r.last_used is not None:
+                    used[r.model] = max(used.get(r.model, -math.inf), r.last_used)
+    cooling = set()
+    for model, times in misses.items():
+        since = [t for t in times if t > used.get(model, -math.inf)]
+        if since and now - max(since) < config.cooldown_s * 2 ** (len(since) - 1):
+            cooling.add(model)
+    return cooling
 
 
-def _evict_mispredictions(rnd: _Round) -> None:
+def _bets(cluster: ClusterState, now: float) -> dict[tuple[str, str], list[Order]]:
+    """Per (node, model), the speculative prefetches and misprediction orders already out, oldest first."""
+    out: dict[tuple[str, str], list[Order]] = {}
+    seen: set[str] = set()
+    for o in sorted((*cluster.recent, *cluster.pending), key=lambda o: (o.not_before, o.created_at, o.id)):
+        if o.id in seen or o.not_before > now:
+            continue
+        seen.add(o.id)
+        speculative = o.action is OrderAction.PREFETCH and not o.demand and o.tier in (Tier.L0, Tier.L1)
+        if speculative or o.reason is OrderReason.MISPREDICTION:
+            out.setdefault((o.node, o.model), []).append(o)
+    return out
+
+
+def _demote_mispredictions(rnd: _Round, cluster: ClusterState) -> None:
+    """Demote, one tier down, each prefetched copy that served no request within the misprediction
+    window of the time its demand was predicted; count it once.
+
+    The planner is the rule's one owner (the executor keeps no timer of its own unless told to). The
+    copy judged is the one in the tier its prefetch was for, and only while it is the model's closest
+    copy: the host copy an L0 prefetch left on its way is not a second bet, nor is the copy a
+    misprediction demoted into. The window counts from the prefetch's predicted demand as the round
+    that ordered it recorded it (``ClusterState.predicted``); for a copy whose order is not known (a
+    restart lost it, or someone else loaded it), from when it was loaded.
+    """
     now, config, wants = rnd.now, rnd.config, rnd.wants
-    for name, book in rnd.books.items():
+    bets = _bets(cluster, now)
+    for name in sorted(rnd.books):
+        node = rnd.books[name].node
         for tier in (Tier.L0, Tier.L1):
-            for r in book.node.residents(tier):
+            for r in node.residents(tier):
+                book = rnd.books[name]  # a demotion below replaces the book
                 spec = rnd.catalog.get(r.model)
                 if spec is None or spec.version != r.version or not r.prefetched or r.pins:
                     continue
-                if r.loaded_at is None or now - r.loaded_at < config.misprediction_window_s:
+                if r.model not in book.held[tier] or book.closest(r.model) is not tier:
+                    continue
+                if (name, r.model) in rnd.mispredictions:
+                    continue
+                orders = bets.get((name, r.model), [])
+                if orders and orders[-1].reason is OrderReason.MISPREDICTION:
+                    continue  # judged already: what is left is the copy it was demoted into
+                bet = next((o for o in reversed(orders) if o.tier is tier), None)
+                if bet is None and orders:
+                    continue  # a copy on the way to a closer tier, or one this rule made
+                predicted = cluster.predicted.get(bet.id) if bet is not None else None
+                since = predicted if predicted is not None else r.loaded_at
+                if since is None or now - since < config.misprediction_window_s:
+                    rnd.open_bets.add((name, r.model))
                     continue
                 # A hint or a waiting request that still covers now keeps it: that is not a misprediction.
                 if any(w.reason is not OrderReason.FORECAST and w.t0 <= now for w in wants.get(r.model, [])):
                     continue
-                if (name, r.model) in rnd.mispredictions:
-                    continue
                 rnd.mispredictions.append((name, r.model))
-                # Only the speculative copy goes. A GPU copy promoted from a host copy that was already
-                # there is demoted back to it: dropping that L1 copy too would turn the wrong guess
-                # into a slow disk load for the next real request. Otherwise EVICT at L1 drops L1 and
-                # L0 and keeps the verified copy on local disk.
-                keep_l1 = tier is Tier.L0 and any(
-                    h.model == r.model and h.version == r.version and not h.prefetched
-                    for h in book.node.residents(Tier.L1)
-                )
-                action, at = (OrderAction.DEMOTE, Tier.L1) if keep_l1 else (OrderAction.EVICT, Tier.L1)
-                rnd.emit(
-                    _Decision(
-                        node=name,
-                        spec=spec,
-                        action=action,
-                        tier=at,
-                        reason=OrderReason.MISPREDICTION,
-                        not_before=now,
-                        deadline=now + config.order_ttl_s,
-                        key_time=r.loaded_at,
-                    )
-                )
-                for t in (Tier.L0,) if keep_l1 else (Tier.L0, Tier.L1):
-                    book.drop(t, r.model)
+                _demote_one_tier(rnd, name, book, spec, tier, OrderReason.MISPREDICTION, key_time=since)
 
 
-def _headroom(rnd: _Round, tier: Tier, wanted: Sequence[str]) -> int:
-    """Bytes the biggest wanted model that no node holds in ``tier`` or closer would need there.
-
-    A model some node already holds that close is served there (requests go to the closest copy), so
-    it puts no pressure on the others.
-    """
-    return max(
-        (rnd.catalog[m].size_bytes for m in wanted if m in rnd.catalog and not rnd.held(m, tier)),
-        default=0,
+def _demote_one_tier(
+    rnd: _Round, name: str, book: _Book, spec: ModelSpec, tier: Tier, reason: OrderReason, *, key_time: float
+) -> None:
+    """Order ``spec``'s copy in ``tier`` one tier down (DEMOTE), or dropped (EVICT at ``tier``) where
+    the tier below has no room for it even after demoting what is worth less there."""
+    now, config = rnd.now, rnd.config
+    lower = tier.farther()
+    entry = book.held[tier][spec.id]
+    action, at = OrderAction.EVICT, tier
+    if lower in CACHE_TIERS and book.capacity[lower] >= entry.bytes:
+        moves: list[tuple[str, Tier, Tier]] = []
+        trial = book.copy()
+        below = trial.held[lower].get(spec.id)
+        worth = rnd.valuer.keep_value(spec, rnd.wants.get(spec.id, []), book.node, lower, now)
+        if below is not None or _make_room(trial, lower, entry.bytes, worth, moves):
+            action, at = OrderAction.DEMOTE, lower
+            if below is None:
+                trial.put(lower, spec.id, _Entry(spec.id, entry.bytes, worth, True))
+            rnd.books[name] = book = trial
+            for model, frm, to in moves:
+                rnd.moved.add(model)
+                victim = rnd.catalog[model]
+                down, where = (OrderAction.DEMOTE, to) if to in CACHE_TIERS else (OrderAction.EVICT, frm)
+                rnd.emit(_now_decision(rnd, name, victim, down, where, OrderReason.CAPACITY))
+    for t in CACHE_TIERS:
+        if t.level <= tier.level:
+            book.drop(t, spec.id)
+    rnd.moved.add(spec.id)
+    rnd.emit(
+        _Decision(
+            node=name,
+            spec=spec,
+            action=action,
+            tier=at,
+            reason=reason,
+            not_before=now,
+            deadline=now + config.order_ttl_s,
+            key_time=key_time,
+        )
     )
 
 
-def _cool_down(
-    rnd: _Round, forecasts: Mapping[str, ModelForecast], hints: Sequence[Hint], wanted: Sequence[str]
-) -> None:
-    """Demote a forecast model out of GPU memory once a request has become unlikely.
+def _now_decision(
+    rnd: _Round, node: str, spec: ModelSpec, action: OrderAction, tier: Tier, reason: OrderReason
+) -> _Decision:
+    return _Decision(
+        node=node,
+        spec=spec,
+        action=action,
+        tier=tier,
+        reason=reason,
+        not_before=rnd.now,
+        deadline=rnd.now + rnd.config.order_ttl_s,
+        key_time=rnd.now,
+    )
 
-    Idle memory costs nothing, so a model that may still be wanted is left where it is and only moved
-    to make room for something worth more (``_make_room``). A model in L0 with ``P < cool_p`` goes to
-    L1, so that a demand load finds room without the executor's LRU picking a victim blindly; undoing
-    a wrong call costs a few seconds. Host memory cools only with a configured holding price (benefit
-    below ``keep_ratio`` of it): a wrong demotion to disk costs a 20 s reload of a 140 GB model, and on
-    noisy forecasts cooling there served more requests from disk than leaving it to room-making and the
-    executor's LRU did. At most one demotion per model per round: L0→L1 and L1→L2 in the same round
-    would throw away the copy just made. A tier cools only under pressure: when the biggest model wanted
-    in the coming window would not fit in its free room. Only models with a forecast cool down: with no
-    signal at all the planner leaves a resident alone.
+
+def _release_priced(rnd: _Round, forecasts: Mapping[str, ModelForecast]) -> None:
+    """Where memory has a price, release (one tier down) each copy whose hold is worth less than it costs.
+
+    Holding a copy in L0 or L1 until the next decision is worth P(a request before then) times what
+    the copy saves that request (``_Valuer.saved``, from the tier it would fall back to), and costs
+    ``memory_price`` × GB × minutes. For a memoryless model (a calibrated rate and nothing more) that
+    is the whole question: hold the cheap ones, release the expensive ones. A prefetch still within its
+    misprediction window is the misprediction rule's; pinned, recently used or loaded, and this round's
+    copies are never released; a model with no forecast is left alone (no signal, no decision).
     """
-    now, config = rnd.now, rnd.config
-    hinted = {h.model for h in hints}
-    cooled: set[str] = set()
-    headroom = {tier: _headroom(rnd, tier, wanted) for tier in (Tier.L0, Tier.L1)}
-    for name, book in rnd.books.items():
-        # Used within the window: whatever the forecast says, recent use is the better evidence (a
-        # seasonal forecast read P≈0 for a model asked for every ten minutes); only room-making moves it.
-        recent = {
-            r.model
-            for t in (Tier.L0, Tier.L1)
-            for r in book.node.residents(t)
-            if r.last_used is not None and now - r.last_used < config.window_s
-        }
+    config = rnd.config
+    if config.memory_price <= 0:
+        return
+    now, horizon = rnd.now, rnd.now + config.decision_interval_s
+    for name in sorted(rnd.books):
         for tier in (Tier.L0, Tier.L1):
-            lower = tier.farther()
-            # No pressure, nothing to cool: while the biggest model that may come in fits in free room,
-            # a demand load evicts nobody, and an unlikely resident may still save a request.
-            if book.free(tier) >= headroom[tier]:
-                continue
-            for entry in list(book.held[tier].values()):
-                forecast = forecasts.get(entry.model)
+            for entry in sorted(rnd.books[name].held[tier].values(), key=lambda e: e.model):
+                book = rnd.books[name]  # a release below replaces the book
+                if entry.model not in book.held[tier]:
+                    continue
                 spec = rnd.catalog.get(entry.model)
-                if forecast is None or spec is None or entry.protected or entry.model in hinted:
+                forecast = forecasts.get(entry.model)
+                if spec is None or forecast is None or entry.protected:
                     continue
-                if entry.model in cooled or entry.model in rnd.moved or entry.model in recent:
+                if entry.model in rnd.moved or (name, entry.model) in rnd.open_bets:
                     continue
-                if book.closest(entry.model).level < tier.level:
+                if book.closest(entry.model) is not tier:
                     continue
-                p = forecast.p_window(now, now + config.window_s)
-                if tier is not Tier.L0 or p >= config.cool_p:
-                    price = config.price_per_gb_s.get(tier, 0.0)
-                    cost = spec.size_bytes / 1e9 * config.window_s * price
-                    saved = rnd.valuer.raw_lead(book.node, spec.size_bytes, lower, tier)
-                    if cost <= 0 or p * saved * spec.priority.weight >= config.keep_ratio * cost:
-                        continue
-                if entry.model not in book.held[lower]:
-                    if book.free(lower) < entry.bytes:
-                        continue
-                    book.put(lower, entry.model, replace(entry, protected=True))
-                book.drop(tier, entry.model)
-                cooled.add(entry.model)
-                rnd.emit(
-                    _Decision(
-                        node=name,
-                        spec=spec,
-                        action=OrderAction.DEMOTE,
-                        tier=lower,
-                        reason=OrderReason.FORECAST,
-                        not_before=now,
-                        deadline=now + config.order_ttl_s,
-                        key_time=now,
-                    )
-                )
+                signalled = [
+                    w.p
+                    for w in rnd.wants.get(entry.model, ())
+                    if w.reason is not OrderReason.FORECAST and w.t0 <= horizon
+                ]
+                p = max([forecast.p_window(now, horizon), *signalled])
+                fallback = _fallback(book, entry.model, tier)
+                worth = p * rnd.valuer.saved(spec, book.node, fallback, tier)
+                cost = config.memory_price * entry.bytes / 1e9 * config.decision_interval_s / 60.0
+                if worth < cost:
+                    _demote_one_tier(rnd, name, book, spec, tier, OrderReason.CAPACITY, key_time=now)
+
+
+def _fallback(book: _Book, model: str, tier: Tier) -> Tier:
+    """Where a request finds ``model`` once its copy in ``tier`` goes one tier down: there, if that tier
+    can hold it, else the closest copy farther still (L3 at worst)."""
+    lower = tier.farther()
+    if lower in CACHE_TIERS and book.capacity[lower] > 0:
+        return lower
+    return next((t for t in CACHE_TIERS if t.level > lower.level and model in book.held[t]), Tier.L3)

@@ -44,7 +44,7 @@ def _payers(spec: ModelSpec, wants: Sequence[_Want], rnd: _Round) -> list[_Want]
         return list(wants)  # the common case: no hint to bound, no gains to compute
     gains = rnd.gains[spec.id]
     gb = spec.size_bytes / 1e9
-    prices = {tier: rnd.config.price_per_gb_s.get(tier, 0.0) for tier in CACHE_TIERS}
+    prices = {tier: rnd.config.price(tier) for tier in CACHE_TIERS}
     return [
         w
         for w in wants
@@ -53,24 +53,37 @@ def _payers(spec: ModelSpec, wants: Sequence[_Want], rnd: _Round) -> list[_Want]
 
 
 def _best_candidate(
-    rnd: _Round, spec: ModelSpec, wants: Sequence[_Want], cooling: set[tuple[str, str]]
+    rnd: _Round, spec: ModelSpec, wants: Sequence[_Want], cooling: set[str]
 ) -> list[_Candidate]:
     """The tier and want to act on for ``spec``, one option per equally good node; none: nothing to do."""
+    if rnd.held(spec.id, Tier.L0):
+        return []  # in GPU memory somewhere already: every option would be refused below
     per_node: list[tuple[_Candidate, _Book]] = []
     ordered = sorted(wants, key=lambda w: (not w.demand, w.t0))
+    # A want's value on a node depends only on the node's link rates and where the model is there: nodes
+    # alike (most of a cluster) value it once.
+    nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float] = {}
+    if spec.id in cooling and not any(w.demand for w in wants):
+        return []
+    miss, price = _floors(rnd, spec)
     for name, book in rnd.books.items():
-        if (name, spec.id) in cooling and not any(w.demand for w in wants):
-            continue
         frm = book.closest(spec.id)
+        tiers = [t for t in CACHE_TIERS if t.level < frm.level and book.can_hold(t, spec.size_bytes)]
+        saved = {t: rnd.valuer.saved(spec, book.node, frm, t) for t in tiers}
         best: _Candidate | None = None
-        for want in ordered:
+        for i, want in enumerate(ordered):
             # The soonest want with any worthwhile tier wins (_tier_key): later ones need not be valued.
             if best is not None and not want.demand and want.t0 > best.want.t0:
                 break
-            for tier in CACHE_TIERS:
-                if tier.level >= frm.level or book.capacity[tier] < spec.size_bytes:
-                    continue
-                net = _INF if want.demand else rnd.valuer.net(spec, want, book.node, frm, tier)
+            for tier in tiers:
+                bound = want.p * saved[tier] - (1 - want.p) * miss[tier] - (want.t1 - want.t0) * price[tier]
+                if bound <= 0 and not want.demand:
+                    continue  # not worth it, whatever the exact figures
+                key = (book.node.hop_rates, frm, tier, i)
+                net = nets.get(key)
+                if net is None:
+                    net = _INF if want.demand else rnd.valuer.net(spec, want, book.node, frm, tier)
+                    nets[key] = net
                 if net <= 0:
                     continue
                 lead = rnd.valuer.lead(book.node, spec.size_bytes, frm, tier)
@@ -91,6 +104,22 @@ def _best_candidate(
     if rnd.held(spec.id, options[0].tier):
         return []
     return options
+
+
+def _floors(rnd: _Round, spec: ModelSpec) -> tuple[dict[Tier, float], dict[Tier, float]]:
+    """Per tier, the least a wrong guess can cost (the last hop into the tier on the fastest node, plus
+    the cold start into L0, times ``miss_penalty``), and what holding the model costs per second: with
+    what a node's copy would save, an upper bound of ``_Valuer.net`` at a few products per want."""
+    config, valuer, size = rnd.config, rnd.valuer, spec.size_bytes
+    nodes = [b.node for b in rnd.books.values()]
+    miss: dict[Tier, float] = {}
+    for tier in CACHE_TIERS:
+        wasted = 0.0
+        if tier.level < Tier.L2.level:
+            hop = min((valuer.raw_lead(n, size, tier.farther(), tier) for n in nodes), default=0.0)
+            wasted = (hop + (config.cold_start_s if tier is Tier.L0 else 0.0)) * config.miss_penalty
+        miss[tier] = wasted
+    return miss, {tier: size / 1e9 * config.price(tier) for tier in CACHE_TIERS}
 
 
 def _tier_key(c: _Candidate) -> tuple[bool, float, float, int]:
@@ -115,12 +144,22 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
             # Compared on the last hop alone, as the waiting model's worth is: the candidate's value
             # also counts the hops from disk, which the waiting model has already made.
             last_hop = rnd.valuer.net(spec, cand.want, book.node, Tier.L1, Tier.L0)
-            fits = trial.free(Tier.L0) - spec.size_bytes >= _reserve(rnd, trial, Tier.L0, last_hop, spec.id)
+            reserve = _reserve(rnd, trial, Tier.L0, last_hop, spec.id)
+            if reserve:
+                after = trial.copy()
+                after.put_l0(spec.id, _Entry(spec.id, spec.size_bytes, value, True))
+                fits = after.fits(Tier.L0, reserve)
         if fits:
+            gpus: tuple[int, ...] = ()
             for t in path:
-                trial.put(t, spec.id, _Entry(spec.id, spec.size_bytes, value, True))
+                entry = _Entry(spec.id, spec.size_bytes, value, True)
+                if t is Tier.L0:
+                    gpus = trial.placement(spec.size_bytes) or ()
+                    trial.put_l0(spec.id, entry, gpus)
+                else:
+                    trial.put(t, spec.id, entry)
             rnd.books[cand.node] = trial
-            _emit_placement(rnd, cand, tier, moves)
+            _emit_placement(rnd, cand, tier, moves, tuple(trial.gpu_ids(gpus)))
             return
         nxt = tier.farther()
         tier = nxt if nxt in CACHE_TIERS else None
@@ -174,13 +213,15 @@ def _reserve(rnd: _Round, book: _Book, tier: Tier, value: float, newcomer: str) 
             continue
         if rnd.held(model, tier):
             continue
-        saved = rnd.valuer.raw_lead(book.node, spec.size_bytes, lower, tier)
-        if any(w.p * saved * spec.priority.weight > value for w in rnd.wants.get(model, []) if w.t0 <= soon):
+        saved = rnd.valuer.saved(spec, book.node, lower, tier)
+        if any(w.p * saved > value for w in rnd.wants.get(model, []) if w.t0 <= soon):
             reserve = spec.size_bytes
     return reserve
 
 
-def _emit_placement(rnd: _Round, cand: _Candidate, tier: Tier, moves: list[tuple[str, Tier, Tier]]) -> None:
+def _emit_placement(
+    rnd: _Round, cand: _Candidate, tier: Tier, moves: list[tuple[str, Tier, Tier]], gpus: tuple[int, ...]
+) -> None:
     spec, want = cand.spec, cand.want
     lead = rnd.valuer.lead(rnd.books[cand.node].node, spec.size_bytes, cand.frm, tier)
     not_before = max(rnd.now, want.t0 - lead)
@@ -201,7 +242,7 @@ def _emit_placement(rnd: _Round, cand: _Candidate, tier: Tier, moves: list[tuple
                 key_time=want.key_time,
             )
         )
-    rnd.emit(
+    order = rnd.emit(
         _Decision(
             node=cand.node,
             spec=spec,
@@ -212,6 +253,8 @@ def _emit_placement(rnd: _Round, cand: _Candidate, tier: Tier, moves: list[tuple
             deadline=want.t1,
             key_time=want.key_time,
             demand=want.demand,
+            gpus=gpus,
         )
     )
+    rnd.predicted[order.id] = want.key_time
     rnd.placements.append(Placement(spec.id, cand.node, tier, want.reason, not_before, want.t1, cand.value))

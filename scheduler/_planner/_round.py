@@ -1,5 +1,5 @@
 """One planning round: wants, books, mispredictions, then candidates placed most urgent first, then
-cool-down. See the package's docstring for the policy."""
+what memory's price says to release. See the package's docstring for the policy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from prewarm import Hint, Order
 from scheduler._cluster import ClusterState
 from scheduler._planner._book import _book_pending, _open_book, _Round
 from scheduler._planner._config import Plan, PlannerConfig
-from scheduler._planner._eviction import _cool_down, _cooldowns, _evict_mispredictions
+from scheduler._planner._eviction import _cooldowns, _demote_mispredictions, _release_priced
 from scheduler._planner._memo import PlannerMemo
 from scheduler._planner._placement import _best_candidate, _least_loaded, _payers, _place
 from scheduler._planner._value import _Valuer
@@ -57,8 +57,8 @@ def plan_detailed(
     for name in sorted(cluster.nodes):
         rnd.books[name] = _open_book(rnd, cluster.nodes[name])
     _book_pending(rnd, cluster)
-    _evict_mispredictions(rnd)
-    cooling = _cooldowns(cluster, now, config) | set(rnd.mispredictions)
+    _demote_mispredictions(rnd, cluster)
+    cooling = _cooldowns(cluster, now, config) | {model for _, model in rnd.mispredictions}
 
     candidates = []
     for model, model_wants in wants.items():
@@ -89,12 +89,11 @@ def plan_detailed(
         chosen = options[0] if len(options) == 1 else _least_loaded(rnd, options, traffic, loads)
         _place(rnd, chosen)
         loads.pop(chosen.node, None)  # only that node's book changed
-    soon = now + config.window_s
-    wanted = sorted(m for m, ws in wants.items() if any(w.t0 <= soon for w in ws))
-    _cool_down(rnd, forecasts, hints, wanted)
+    _release_priced(rnd, forecasts)
     return Plan(
         orders=tuple(rnd.orders),
         placements=tuple(rnd.placements),
         deferred=tuple(rnd.deferred),
         mispredictions=tuple(rnd.mispredictions),
+        predicted=dict(rnd.predicted),
     )

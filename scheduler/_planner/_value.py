@@ -51,29 +51,47 @@ class _Valuer:
         return raw * (1 + config.lead_margin_frac) + config.lead_margin_s if raw > 0 else 0.0
 
     def gains(self, spec: ModelSpec, nodes: Sequence[NodeState]) -> dict[Tier, float]:
-        """Per tier, the most a certain request could be worth: waiting saved from L3 on the slowest node."""
+        """Per tier, the most a certain request could be worth: waiting saved from L3 on the slowest node,
+        and in L0 the cold start itself."""
         return {
             tier: spec.priority.weight
-            * max((self.raw_lead(n, spec.size_bytes, Tier.L3, tier) for n in nodes), default=0.0)
+            * (
+                max((self.raw_lead(n, spec.size_bytes, Tier.L3, tier) for n in nodes), default=0.0)
+                + self._cold_start(tier)
+            )
             for tier in CACHE_TIERS
         }
+
+    def saved(self, spec: ModelSpec, node: NodeState, frm: Tier, to: Tier) -> float:
+        """Weighted seconds a request saves by finding ``spec`` in ``to`` rather than in ``frm``: the
+        transfer, and, when ``to`` is GPU memory, the cold start itself."""
+        if to.level >= frm.level:
+            return 0.0
+        lead = self.raw_lead(node, spec.size_bytes, frm, to)
+        return spec.priority.weight * (lead + self._cold_start(to))
+
+    def _cold_start(self, tier: Tier) -> float:
+        # Only a copy in GPU memory avoids the cold start; one in host memory shortens it.
+        return self.config.cold_start_s if tier is Tier.L0 else 0.0
 
     def net(
         self, spec: ModelSpec, want: _Want, node: NodeState, frm: Tier, to: Tier, *, move: bool = True
     ) -> float:
         """benefit - cost of having ``spec`` in ``to`` (rather than ``frm``) for the wanted window.
 
-        ``move``: the bytes still have to travel, so a wrong guess wastes the hops into L1/L0 (the staged
-        disk copy stays useful either way); a resident already there (``move=False``) risks nothing.
+        Holding costs the memory price over the window and the lead. ``move``: the bytes still have to
+        travel, so a wrong guess wastes the hops into L1/L0 (the staged disk copy stays useful either
+        way) and, into GPU memory, counts like the cold start it was meant to avoid: the threshold on P
+        is then the same for a 2 GB and a 140 GB model. A resident already there (``move=False``)
+        risks nothing.
         """
         config = self.config
-        saved = self.raw_lead(node, spec.size_bytes, frm, to)
-        benefit = want.p * saved * spec.priority.weight
+        benefit = want.p * self.saved(spec, node, frm, to)
         held = (want.t1 - want.t0) + self.lead(node, spec.size_bytes, frm, to)
-        cost = spec.size_bytes / 1e9 * held * config.price_per_gb_s.get(to, 0.0)
+        cost = spec.size_bytes / 1e9 * held * config.price(to)
         if move and to.level < Tier.L2.level:
             wasted = self.raw_lead(node, spec.size_bytes, Tier.L2 if frm.level > 2 else frm, to)
-            cost += (1.0 - want.p) * wasted * config.miss_penalty
+            cost += (1.0 - want.p) * (wasted + self._cold_start(to)) * config.miss_penalty
         return benefit - cost
 
     def keep_value(

@@ -105,7 +105,7 @@ def _forecast_wants(
         config.window_s,
         config.arrival_quantile,
         tuple(gains[t] for t in CACHE_TIERS),
-        tuple(config.price_per_gb_s.get(t, 0.0) for t in CACHE_TIERS),
+        tuple(config.price(t) for t in CACHE_TIERS),
     )
     windows = cache.get(forecast, key)
     if windows is None or windows.count < count:
@@ -183,7 +183,7 @@ def _pays(
     held_gb_s = (t1 - arrival) * size / 1e9
     useful: Any = False
     for tier in CACHE_TIERS:
-        useful = useful | (p * gains[tier] > held_gb_s * config.price_per_gb_s.get(tier, 0.0))
+        useful = useful | (p * gains[tier] > held_gb_s * config.price(tier))
     return useful
 
 

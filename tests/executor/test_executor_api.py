@@ -139,7 +139,7 @@ def test_acquired_model_is_never_evicted_for_capacity(
     assert [r.model for r in executor.state().tiers[0].resident] == ["m1"]
 
 
-def test_unused_prefetch_expires_after_ttl_but_used_one_stays(
+def test_unused_prefetch_expires_after_a_configured_ttl_but_used_one_stays(
     catalog: Catalog, make_executor: ExecutorFactory
 ) -> None:
     clock = _Clock()
@@ -153,6 +153,21 @@ def test_unused_prefetch_expires_after_ttl_but_used_one_stays(
     assert "m0" not in l1
     assert "m1" in l1
     assert not l1["m1"].prefetched
+
+
+def test_unused_prefetch_is_left_to_the_scheduler_when_no_ttl_is_set(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    # The scheduler's misprediction rule owns unused prefetches: an executor timer of its own would
+    # drop them first, behind the planner's counter and cool-down.
+    clock = _Clock()
+    executor = make_executor(catalog, clock=clock)
+    assert executor.settings.prefetch_ttl_s is None
+    executor.ensure("m0", Tier.L1)
+    clock.now += 7 * 86400
+    executor.ensure("m1", Tier.L1)  # a sweep runs on every load
+    l1 = {r.model: r for r in executor.state().tiers[1].resident}
+    assert l1["m0"].prefetched
 
 
 def test_a_demoted_copy_keeps_the_prefetch_status_of_the_copy_it_came_from(

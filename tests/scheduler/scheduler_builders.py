@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec, PriorityClass
-from prewarm import ExecutorState, Hint, ResidentModel, Tier, TierState
+from prewarm import ExecutorState, GpuState, Hint, ResidentModel, Tier, TierState
 from scheduler import Cluster, ClusterState
 
 GB = 10**9
@@ -25,12 +25,15 @@ def catalog(*specs: ModelSpec) -> Catalog:
     return Catalog(specs)
 
 
-def cluster(*names: str, l0: int = 80 * GB, l1: int = 200 * GB, l2: int = 2000 * GB) -> Cluster:
+def cluster(
+    *names: str, l0: int = 80 * GB, l1: int = 200 * GB, l2: int = 2000 * GB, gpus: Sequence[int] = ()
+) -> Cluster:
+    """Nodes of one GPU of ``l0`` bytes, or of the GPUs ``gpus`` (bytes each) where given."""
+    devices = [{"memory_bytes": g} for g in gpus] if gpus else [{"memory_bytes": l0}]
     return Cluster.from_data(
         {
             "nodes": [
-                {"name": n, "gpus": [{"memory_bytes": l0}], "host_cache_bytes": l1, "disk_cache_bytes": l2}
-                for n in names
+                {"name": n, "gpus": devices, "host_cache_bytes": l1, "disk_cache_bytes": l2} for n in names
             ],
             "bandwidth": {"l3_bytes_per_s": "1GB/s", "l2_bytes_per_s": "7GB/s", "l1_bytes_per_s": "50GB/s"},
         }
@@ -45,6 +48,7 @@ def resident(
     last_used: float | None = None,
     prefetched: bool = False,
     pins: int = 0,
+    gpus: Sequence[int] = (),
 ) -> ResidentModel:
     return ResidentModel(
         model=model,
@@ -54,6 +58,7 @@ def resident(
         last_used=last_used,
         prefetched=prefetched,
         pins=pins,
+        gpus=list(gpus),
     )
 
 
@@ -63,7 +68,9 @@ def report(
     *,
     capacity: dict[Tier, int],
     at: float = NOW,
+    gpus: Sequence[int] = (),
 ) -> ExecutorState:
+    """A node's report; ``gpus``: L0 per GPU, each GPU's use counted from the L0 residents' shards."""
     states = []
     for tier in (Tier.L0, Tier.L1, Tier.L2):
         models = list(tiers.get(tier, ()))
@@ -75,7 +82,15 @@ def report(
                 resident=models,
             )
         )
-    return ExecutorState(node=node, at=at, tiers=states)
+    used = [0] * len(gpus)
+    for r in tiers.get(Tier.L0, ()):
+        for g in r.gpus:
+            used[g] += -(-r.bytes // len(r.gpus))
+    gpu_states = [
+        GpuState(index=i, capacity_bytes=c, used_bytes=u)
+        for i, (c, u) in enumerate(zip(gpus, used, strict=True))
+    ]
+    return ExecutorState(node=node, at=at, tiers=states, gpus=gpu_states)
 
 
 def state(c: Cluster, *reports: ExecutorState) -> ClusterState:

@@ -12,7 +12,17 @@ from scheduler_builders import GB, NOW, catalog, flat_forecast, hint, report, re
 
 from forecaster import ModelForecast
 from models import Catalog
-from prewarm import Hint, Order, OrderAction, OrderReason, ResidentModel, Tier, effect
+from prewarm import (
+    Hint,
+    Order,
+    OrderAction,
+    OrderReason,
+    ResidentModel,
+    Tier,
+    effect,
+    gpu_placement,
+    gpu_shards,
+)
 from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, PlannerMemo, plan, plan_detailed
 from scheduler._planner._wants import _forecast_wants, _forecast_wants_afresh, _WindowCache
 
@@ -38,15 +48,25 @@ def worlds(draw: st.DrawFn) -> World:
     sizes = {n: draw(st.integers(1, 60)) * GB for n in names}
     cat = catalog(*(spec(n, sizes[n]) for n in names))
     node_names = [f"n{i}" for i in range(draw(st.integers(1, 3)))]
-    cluster = Cluster.from_data({"nodes": [{"name": n} for n in node_names]})
+    # Some nodes split L0 over GPUs (a model larger than one takes shards on several), some do not.
+    gpus = {n: [draw(st.integers(10, 60)) * GB for _ in range(draw(st.integers(0, 3)))] for n in node_names}
+    cluster = Cluster.from_data(
+        {"nodes": [{"name": n, "gpus": [{"memory_bytes": g} for g in gpus[n]]} for n in node_names]}
+    )
     reports = {}
     for node in node_names:
         cap = {t: draw(st.integers(0, 120)) * GB for t in TIERS}
+        if gpus[node]:
+            cap[Tier.L0] = sum(gpus[node])
+        gpu_free = list(gpus[node])
         tiers: dict[Tier, list[ResidentModel]] = {t: [] for t in TIERS}
         # Residents that fit, placed inclusively: a model in L0 is also in L1 and L2.
         for name in names:
             level = draw(st.sampled_from([0, 1, 2, 3, 3]))
             path = [t for t in TIERS if t.level >= level]
+            on = gpu_placement(sizes[name], gpus[node], gpu_free) if gpus[node] and level == 0 else ()
+            if on is None:
+                continue
             if all(sum(r.bytes for r in tiers[t]) + sizes[name] <= cap[t] for t in path):
                 r = resident(
                     name,
@@ -55,9 +75,11 @@ def worlds(draw: st.DrawFn) -> World:
                     last_used=draw(st.sampled_from([None, NOW - 5, NOW - 2000])),
                     prefetched=draw(st.booleans()),
                 )
+                for g in on:
+                    gpu_free[g] -= -(-sizes[name] // len(on))
                 for t in path:
-                    tiers[t].append(r)
-        reports[node] = report(node, tiers, capacity=cap)
+                    tiers[t].append(r.model_copy(update={"gpus": list(on)}) if t is Tier.L0 else r)
+        reports[node] = report(node, tiers, capacity=cap, gpus=gpus[node])
     state = ClusterState.merge(cluster, reports)
     pool = [*names, "ghost", "other/model"]
     hints = [
@@ -90,6 +112,38 @@ def test_capacity_is_never_exceeded_by_applying_the_orders(world: World) -> None
             assert sum(held[t].values()) <= node.capacity.get(t, 0), (name, t, held[t])
 
 
+def apply_on_gpus(gpu_used: list[int], l0: dict[str, tuple[int, ...]], order: Order, size: int) -> None:
+    """What an order does to each GPU's bytes: an L0 copy takes a shard on each GPU its order names."""
+    change = effect(order.action, order.tier, [Tier.L0] if order.model in l0 else [])
+    if Tier.L0 in change.drops:
+        on = l0.pop(order.model)
+        for g in on:
+            gpu_used[g] -= -(-size // len(on))
+    if Tier.L0 in change.fills:
+        assert order.gpus, "an L0 copy on a node that splits L0 over GPUs names its GPUs"
+        l0[order.model] = tuple(order.gpus)
+        for g in order.gpus:
+            gpu_used[g] += -(-size // len(order.gpus))
+
+
+@SETTINGS
+@given(worlds(), st.sampled_from([0.0, 0.05]))
+def test_no_gpu_is_ever_over_committed_by_applying_the_orders(world: World, price: float) -> None:
+    cat, _, state, hints, forecasts = world
+    orders = plan(NOW, forecasts, hints, cat, state, replace(CONFIG, memory_price=price))
+    for name, node in state.nodes.items():
+        if not node.gpus:
+            continue
+        l0 = {r.model: tuple(r.gpus) for r in node.residents(Tier.L0)}
+        gpu_used = list(node.gpu_used)
+        for order in (o for o in orders if o.node == name):
+            size = cat[order.model].size_bytes
+            if order.gpus:
+                assert len(order.gpus) == gpu_shards(size, node.gpus)
+            apply_on_gpus(gpu_used, l0, order, size)
+        assert all(u <= c for u, c in zip(gpu_used, node.gpus, strict=True)), (name, gpu_used, node.gpus)
+
+
 @SETTINGS
 @given(worlds())
 def test_no_order_names_a_model_outside_the_catalog_or_an_unknown_node(world: World) -> None:
@@ -98,11 +152,12 @@ def test_no_order_names_a_model_outside_the_catalog_or_an_unknown_node(world: Wo
         assert order.model in cat
         assert order.node in state.nodes
         assert order.deadline > order.not_before >= NOW
-        # A prefetch is justified by a signal; only capacity, cooling or a misprediction move one out.
+        # A prefetch is justified by a signal; only room for a placement, the price of memory or a
+        # misprediction moves one out.
         if order.action is OrderAction.PREFETCH:
             assert order.reason in {OrderReason.FORECAST, OrderReason.HINT, OrderReason.DEMAND}
         else:
-            assert order.reason in {OrderReason.CAPACITY, OrderReason.FORECAST, OrderReason.MISPREDICTION}
+            assert order.reason in {OrderReason.CAPACITY, OrderReason.MISPREDICTION}
 
 
 @SETTINGS

@@ -51,6 +51,7 @@ PINNED = {
         "TailBench",
         "backtest",
         "backtest_plots",
+        "champion_version",
         "fit_bundle",
         "forecast_plot",
         "load_forecaster",

@@ -99,9 +99,9 @@ def test_planner_knobs_come_from_scheduler_settings(monkeypatch: pytest.MonkeyPa
     from scheduler import PlannerConfig
 
     monkeypatch.setenv("PREWARM_MISS_PENALTY", "0")
-    monkeypatch.setenv("PREWARM_COOL_P", "0.2")
+    monkeypatch.setenv("PREWARM_MEMORY_PRICE", "0.2")
     config = PlannerConfig.from_settings(load_settings().scheduler)
-    assert (config.miss_penalty, config.cool_p) == (0.0, 0.2)
+    assert (config.miss_penalty, config.memory_price) == (0.0, 0.2)
 
 
 def test_a_secret_set_in_the_environment_is_masked_in_prewarm_settings(

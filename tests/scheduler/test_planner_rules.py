@@ -1,0 +1,249 @@
+"""The rules that give room back (mispredictions, the price of memory) and GPU memory booked per GPU."""
+
+from __future__ import annotations
+
+from scheduler_builders import (
+    GB,
+    NOW,
+    catalog,
+    cluster,
+    flat_forecast,
+    hint,
+    report,
+    resident,
+    spec,
+    state,
+)
+
+from prewarm import Order, OrderAction, OrderReason, Tier
+from scheduler import DEMAND_SOURCE, ClusterState, PlannerConfig, SchedulerCore, plan, plan_detailed
+
+CONFIG = PlannerConfig()
+CAP = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
+
+
+def prefetch(model: str, tier: Tier, at: float, *, node: str = "a", oid: str | None = None) -> Order:
+    return Order(
+        id=oid or f"p-{model}-{tier.value}-{at}",
+        node=node,
+        model=model,
+        version="1",
+        action=OrderAction.PREFETCH,
+        tier=tier,
+        reason=OrderReason.FORECAST,
+        not_before=at,
+        deadline=at + 900,
+        created_at=at,
+    )
+
+
+def test_misprediction_window_counts_from_the_predicted_demand_not_from_the_load() -> None:
+    # Loaded 100 s ago for a demand predicted 650 s ago (a late load): the window has closed.
+    late = resident("m", 5 * GB, loaded_at=NOW - 100, prefetched=True)
+    r = report("a", {Tier.L1: [late], Tier.L2: [late]}, capacity=CAP)
+    order = prefetch("m", Tier.L1, NOW - 700)
+    judged = ClusterState.merge(cluster("a"), {"a": r}, recent=[order], predicted={order.id: NOW - 650})
+    assert plan_detailed(NOW, {}, [], catalog(spec("m", 5 * GB)), judged, CONFIG).mispredictions == (
+        ("a", "m"),
+    )
+    # Loaded 700 s ago for a demand predicted 300 s ago (an early load): it still has 300 s to serve one.
+    early = resident("m", 5 * GB, loaded_at=NOW - 700, prefetched=True)
+    r = report("a", {Tier.L1: [early], Tier.L2: [early]}, capacity=CAP)
+    waiting = ClusterState.merge(cluster("a"), {"a": r}, recent=[order], predicted={order.id: NOW - 300})
+    assert plan(NOW, {}, [], catalog(spec("m", 5 * GB)), waiting, CONFIG) == []
+
+
+def test_a_mispredicted_gpu_copy_goes_to_host_memory_not_to_disk() -> None:
+    gpu = resident("m", 20 * GB, loaded_at=NOW - 700, prefetched=True)
+    r = report("a", {Tier.L0: [gpu], Tier.L2: [gpu]}, capacity=CAP)
+    [order] = plan(NOW, {}, [], catalog(spec("m", 20 * GB)), state(cluster("a"), r), CONFIG)
+    assert (order.action, order.tier, order.reason) == (
+        OrderAction.DEMOTE,
+        Tier.L1,
+        OrderReason.MISPREDICTION,
+    )
+
+
+def test_a_misprediction_is_counted_once_not_again_for_the_copy_it_was_demoted_into() -> None:
+    cat = catalog(spec("m", 20 * GB))
+    bet = prefetch("m", Tier.L0, NOW - 1400)
+    gpu = resident("m", 20 * GB, loaded_at=NOW - 1390, prefetched=True)
+    first = ClusterState.merge(
+        cluster("a"),
+        {"a": report("a", {Tier.L0: [gpu], Tier.L2: [gpu]}, capacity=CAP)},
+        recent=[bet],
+        predicted={bet.id: NOW - 1300},
+    )
+    [demote] = plan(NOW, {}, [], cat, first, CONFIG)
+    assert demote.reason is OrderReason.MISPREDICTION
+    # The executor wrote the unused copy down to L1, still unused; much later it is still not a bet.
+    host = resident("m", 20 * GB, loaded_at=NOW, prefetched=True)
+    later = ClusterState.merge(
+        cluster("a"),
+        {"a": report("a", {Tier.L1: [host], Tier.L2: [host]}, capacity=CAP, at=NOW + 3000)},
+        recent=[bet, demote],
+        predicted={bet.id: NOW - 1300},
+    )
+    assert plan(NOW + 3000, {}, [], cat, later, CONFIG) == []
+
+
+def test_the_host_copy_a_gpu_prefetch_left_on_its_way_is_not_a_second_bet() -> None:
+    bet = prefetch("m", Tier.L0, NOW - 1400)
+    copy = resident("m", 20 * GB, loaded_at=NOW - 1390, prefetched=True)
+    r = report("a", {Tier.L0: [copy], Tier.L1: [copy], Tier.L2: [copy]}, capacity=CAP)
+    judged = ClusterState.merge(cluster("a"), {"a": r}, recent=[bet], predicted={bet.id: NOW - 1300})
+    detailed = plan_detailed(NOW, {}, [], catalog(spec("m", 20 * GB)), judged, CONFIG)
+    assert [(o.action, o.tier) for o in detailed.orders] == [(OrderAction.DEMOTE, Tier.L1)]
+    assert detailed.mispredictions == (("a", "m"),)
+
+
+def test_a_mispredicted_model_cools_down_on_every_node_and_longer_each_time() -> None:
+    cat = catalog(spec("m", 5 * GB))
+    forecasts = {"m": flat_forecast("m", 0.9, start=NOW - 7200, buckets=360)}
+    c = cluster("a", "b")
+
+    def miss(at: float) -> Order:
+        return Order(
+            id=f"miss-{at}",
+            node="a",
+            model="m",
+            version="1",
+            action=OrderAction.EVICT,
+            tier=Tier.L1,
+            reason=OrderReason.MISPREDICTION,
+            not_before=at,
+            deadline=at + 120,
+            created_at=at,
+        )
+
+    once = ClusterState.merge(c, {}, recent=[miss(NOW - 700)])
+    assert [o.node for o in plan(NOW, forecasts, [], cat, once, CONFIG)] != []  # 600 s have passed
+    just = ClusterState.merge(c, {}, recent=[miss(NOW - 300)])
+    assert plan(NOW, forecasts, [], cat, just, CONFIG) == []  # not on node b either
+    twice = ClusterState.merge(c, {}, recent=[miss(NOW - 3000), miss(NOW - 700)])
+    assert plan(NOW, forecasts, [], cat, twice, CONFIG) == []  # a second miss: 1200 s
+    # A request served in between means the forecast was right once: the count starts again.
+    used = resident("m", 5 * GB, loaded_at=NOW - 5000, last_used=NOW - 1000)
+    served = ClusterState.merge(
+        c,
+        {"b": report("b", {Tier.L2: [used]}, capacity=CAP)},
+        recent=[miss(NOW - 3000), miss(NOW - 700)],
+    )
+    assert plan(NOW, forecasts, [], cat, served, CONFIG) != []
+
+
+def test_nothing_is_demoted_while_everything_fits() -> None:
+    # Idle for hours and unlikely to be asked for: on a GPU with room to spare they stay.
+    names = [f"m{i}" for i in range(4)]
+    idle = [resident(n, 15 * GB, loaded_at=NOW - 9000, last_used=NOW - 8000) for n in names]
+    r = report("a", {Tier.L0: idle, Tier.L1: idle, Tier.L2: idle}, capacity=CAP)
+    forecasts = {n: flat_forecast(n, 0.0001) for n in names}
+    cat = catalog(*(spec(n, 15 * GB) for n in names), spec("next", 10 * GB))
+    hints = [hint("next", confidence=0.3)]  # may come, worth staging, not worth making room for
+    orders = plan(NOW, forecasts, hints, cat, state(cluster("a"), r), CONFIG)
+    assert [o for o in orders if o.action is not OrderAction.PREFETCH] == []
+
+
+def test_priced_memory_holds_the_cheap_memoryless_model_and_releases_the_expensive_one() -> None:
+    # The same request rate, no structure: per GB-minute the 2 GB copy saves far more than the 140 GB.
+    cap = {Tier.L0: 200 * GB, Tier.L1: 400 * GB, Tier.L2: 2000 * GB}
+    small = resident("small", 2 * GB, loaded_at=NOW - 3600, last_used=NOW - 600)
+    big = resident("big", 140 * GB, loaded_at=NOW - 3600, last_used=NOW - 600)
+    r = report("a", {Tier.L0: [small, big], Tier.L1: [small, big], Tier.L2: [small, big]}, capacity=cap)
+    cat = catalog(spec("small", 2 * GB), spec("big", 140 * GB))
+    forecasts = {m: flat_forecast(m, 0.02) for m in ("small", "big")}
+    c = cluster("a", l0=200 * GB, l1=400 * GB)
+    priced = PlannerConfig(memory_price=0.01)
+    orders = plan(NOW, forecasts, [], cat, state(c, r), priced)
+    assert [(o.model, o.action, o.tier) for o in orders] == [("big", OrderAction.DEMOTE, Tier.L1)]
+    assert plan(NOW, forecasts, [], cat, state(c, r), CONFIG) == []  # memory in the budget is free
+
+
+def test_priced_memory_releases_a_copy_even_with_no_tier_below_it() -> None:
+    # The serverless comparison: one tier, unlimited: a released copy goes back to object storage.
+    cap = {Tier.L0: 10_000 * GB, Tier.L1: 0, Tier.L2: 0}
+    big = resident("big", 140 * GB, loaded_at=NOW - 3600, last_used=NOW - 600)
+    r = report("a", {Tier.L0: [big]}, capacity=cap)
+    c = cluster("a", l0=10_000 * GB, l1=0, l2=0)
+    orders = plan(
+        NOW,
+        {"big": flat_forecast("big", 0.0005)},
+        [],
+        catalog(spec("big", 140 * GB)),
+        state(c, r),
+        PlannerConfig(memory_price=0.01),
+    )
+    assert [(o.action, o.tier) for o in orders] == [(OrderAction.EVICT, Tier.L0)]
+
+
+def test_a_prefetch_into_memory_pays_for_the_memory_it_holds() -> None:
+    cat = catalog(spec("m", 70 * GB))
+    forecasts = {"m": flat_forecast("m", 0.2)}  # P ~ 0.9 in the window
+    assert [o.tier for o in plan(NOW, forecasts, [], cat, state(cluster("a")), CONFIG)] == [Tier.L0]
+    dear = PlannerConfig(memory_price=1.0)
+    assert [o.tier for o in plan(NOW, forecasts, [], cat, state(cluster("a")), dear)] == [Tier.L2]
+
+
+def test_two_models_that_do_not_fit_one_gpu_are_booked_on_different_gpus() -> None:
+    c = cluster("a", gpus=[80 * GB, 80 * GB])
+    cat = catalog(spec("x", 50 * GB), spec("y", 50 * GB))
+    orders = plan(NOW, {}, [hint(m, source=DEMAND_SOURCE) for m in ("x", "y")], cat, state(c), CONFIG)
+    assert sorted(tuple(o.gpus) for o in orders) == [(0,), (1,)]
+
+
+def test_a_model_larger_than_one_gpu_takes_shards_on_several_gpus_of_one_node() -> None:
+    c = cluster("a", "b", gpus=[80 * GB, 80 * GB])
+    [order] = plan(
+        NOW, {}, [hint("big", source=DEMAND_SOURCE)], catalog(spec("big", 140 * GB)), state(c), CONFIG
+    )
+    assert (order.tier, order.gpus) == (Tier.L0, [0, 1])
+
+
+def test_room_on_a_gpu_is_made_where_the_newcomer_fits_not_where_bytes_are_free_in_total() -> None:
+    # 30 GB free on each GPU, 60 GB in all: a 40 GB model fits on neither until one GPU is cleared.
+    cap = {Tier.L0: 160 * GB, Tier.L1: 400 * GB, Tier.L2: 2000 * GB}
+    a = resident("a1", 50 * GB, loaded_at=NOW - 3600, last_used=NOW - 3000, gpus=[0])
+    b = resident("b1", 50 * GB, loaded_at=NOW - 3600, last_used=NOW - 600, gpus=[1])
+    r = report("a", {Tier.L0: [a, b], Tier.L2: [a, b]}, capacity=cap, gpus=[80 * GB, 80 * GB])
+    c = cluster("a", gpus=[80 * GB, 80 * GB], l1=400 * GB)
+    cat = catalog(spec("a1", 50 * GB), spec("b1", 50 * GB), spec("new", 40 * GB))
+    forecasts = {"a1": flat_forecast("a1", 0.001), "b1": flat_forecast("b1", 0.01)}
+    orders = plan(NOW, forecasts, [hint("new", source=DEMAND_SOURCE)], cat, state(c, r), CONFIG)
+    assert [(o.model, o.action, o.tier, o.gpus) for o in orders] == [
+        ("a1", OrderAction.DEMOTE, Tier.L1, []),
+        ("new", OrderAction.PREFETCH, Tier.L0, [0]),
+    ]
+
+
+def test_a_report_without_gpus_splits_its_l0_budget_as_the_cluster_file_does() -> None:
+    c = cluster("a", gpus=[80 * GB, 80 * GB])
+    r = report("a", {}, capacity={Tier.L0: 80 * GB, Tier.L1: 100 * GB, Tier.L2: 1000 * GB})
+    node = ClusterState.merge(c, {"a": r}).nodes["a"]
+    assert node.gpus == (40 * GB, 40 * GB)
+    # So a 60 GB model takes both halves.
+    [order] = plan(
+        NOW, {}, [hint("m", source=DEMAND_SOURCE)], catalog(spec("m", 60 * GB)), state(c, r), CONFIG
+    )
+    assert order.gpus == [0, 1]
+
+
+def test_the_scheduler_core_keeps_when_each_prefetch_was_predicted_for_the_next_rounds() -> None:
+    clock = [NOW]
+    out: list[Order] = []
+    core = SchedulerCore(
+        catalog=catalog(spec("m", 140 * GB)),
+        cluster=cluster("a", l0=160 * GB),
+        config=CONFIG,
+        dispatch=out.extend,
+        clock=lambda: clock[0],
+    )
+    core.add_hint(hint("m", ttl_s=60.0))  # wanted now: a 140 GB load from object storage takes minutes
+    [order] = out
+    cap = {Tier.L0: 160 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
+    loaded = resident("m", 140 * GB, loaded_at=NOW + 170, prefetched=True)
+    # The window counts from the hint's expected time (now), not from the load 170 s later.
+    for at, mispredicted in ((NOW + 590, False), (NOW + 601, True)):
+        clock[0] = at
+        core.observe(report("a", {order.tier: [loaded], Tier.L2: [loaded]}, capacity=cap, at=at))
+        fresh = core.replan()
+        assert any(o.reason is OrderReason.MISPREDICTION for o in fresh) is mispredicted
