@@ -9,6 +9,7 @@ L0 (device), verified at every step, and serves them as tensor views.
     executor.state()                                 # what the node holds, for the scheduler
 
     register_store("hf", HubStore)                   # another uri scheme: valid in catalogs from now on
+    describe_entry("s3://models/llama/", s3, model_id="llama")  # a catalog entry, sha256 per file
     ExecutorDaemon(executor, settings.kafka)         # orders in, state out, the local load API
     run_forever(daemon, host, port)                  # ... served until interrupted
     run_load_benchmark(settings, nbytes=..., ...)    # the loader benchmark (``prewarm bench load``)
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from executor._bench import run_load_benchmark
 from executor._executor import Executor, LoadResult
 from executor._l2 import VerifyResult
+from executor._register import DEFAULT_EXCLUDES, Registration, describe_entry
 from executor._safetensors import Layout, TensorEntry, parse_header, tensor_views
 from executor._stores import FileStore, ObjectStore, S3Store, open_store, register_store
 
@@ -33,15 +35,18 @@ if TYPE_CHECKING:
     from executor._daemon import ExecutorDaemon, run_forever
 
 __all__ = [
+    "DEFAULT_EXCLUDES",
     "Executor",
     "ExecutorDaemon",
     "FileStore",
     "Layout",
     "LoadResult",
     "ObjectStore",
+    "Registration",
     "S3Store",
     "TensorEntry",
     "VerifyResult",
+    "describe_entry",
     "open_store",
     "parse_header",
     "register_store",

@@ -23,21 +23,21 @@ import contextlib
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import torch
 
+from executor._checkpoints import fetch_checkpoint, l2_layout
 from executor._l0 import DeviceModel, L0Cache
 from executor._l1 import HostBlock, L1Cache
 from executor._l2 import L2Cache, L2Object, L2Reader, TempWrite
 from executor._pipeline import (
     DeviceCopier,
     RingFactory,
+    StagingRing,
+    chunk_targets,
     fetch_l3,
     host_view,
-    into_buffer,
     probe_l3,
-    read_header_l2,
     read_l2,
 )
 from executor._priority import LinkGate
@@ -176,6 +176,8 @@ class Loader:
         on to the device as soon as it has been hashed (on the CPU device it downloads into the L0 buffer
         itself). Returns where it came from."""
         assert spec.sha256 is not None
+        if spec.is_checkpoint:
+            return self._checkpoint_from_l3(spec, tier, hops, demand)
         key, sha = spec.key, spec.sha256
         store = self._store(spec.uri)
         layout = probe_l3(store, spec.uri)  # the header is validated before anything is allocated
@@ -193,7 +195,8 @@ class Loader:
                 return Tier.L2
             block, device_model = self._download_targets(spec, tier, demand)
             try:
-                tw = self.l2.begin(sha, layout.file_bytes, model=spec.id, version=spec.version)
+                name = spec.weight_files()[0].path
+                tw = self.l2.begin(sha, layout.file_bytes, model=spec.id, version=spec.version, name=name)
                 self._download(spec, store, tw, block, device_model, hops, demand)
             except BaseException:
                 self._abort(key, block, device_model)
@@ -213,6 +216,30 @@ class Loader:
         finally:
             self.l1.cache.unpin(key)
         return Tier.L3
+
+    def _checkpoint_from_l3(self, spec: ModelSpec, tier: Tier, hops: HopTimer, demand: bool) -> Tier:
+        """A checkpoint comes to L2 first, as one verified directory, and goes up from there (L1 and L0
+        hold its weights only, read back from the page cache just written)."""
+        assert spec.sha256 is not None
+        store, served = self._store(spec.uri), Tier.L2
+        with self.l2.download_lock(spec.sha256):
+            obj = self.l2.refresh(spec.sha256)  # another process may have fetched it meanwhile
+            if obj is None:
+                is_demand = self._is_demand(spec.key, demand)
+                with hops.hop("L3->L2"), self._gates["L3->L2"].transfer(is_demand) as transfer:
+                    obj = fetch_checkpoint(
+                        store,
+                        spec,
+                        self.l2,
+                        pool=self._net_pool,
+                        part_bytes=self.s3_settings.s3_part_bytes,
+                        window=2 * self.s3_settings.s3_concurrency,
+                        transfer=transfer,
+                    )
+                served = Tier.L3
+        if tier is not Tier.L2:
+            self._l2_up(spec, obj, tier, hops, demand)
+        return served
 
     def _download_targets(
         self, spec: ModelSpec, tier: Tier, demand: bool
@@ -297,7 +324,7 @@ class Loader:
         """
         key = spec.key
         try:
-            layout = read_header_l2(obj)  # validated before anything is allocated
+            layout, files = l2_layout(obj)  # validated before anything is allocated
         except InvalidWeights as exc:
             # It was a valid file when its sha256 was checked on entry: the disk copy rotted.
             raise IntegrityError(f"L2 object {obj.sha256[:12]} has a broken header now: {exc}") from exc
@@ -308,14 +335,14 @@ class Loader:
         try:
             if tier is not Tier.L0 or not self._direct_l0:
                 try:
-                    block = self.l1.reserve(key, obj.size, prefetched=not demand)
+                    block = self.l1.reserve(key, layout.file_bytes, prefetched=not demand)
                 except CapacityError:
                     if tier is not Tier.L0:
                         raise
                     log.info("model does not fit L1 now: staging L2 -> L0", extra={"model": spec.id})
             if tier is Tier.L0:
-                device_model = self.l0.reserve(key, obj.size, prefetched=not demand)
-            self._read_l2(obj, block, device_model, hops, self._is_demand(key, demand))
+                device_model = self.l0.reserve(key, layout.file_bytes, prefetched=not demand)
+            self._read_l2(files, block, device_model, hops, self._is_demand(key, demand))
             self._commit(key, layout, block, device_model)
         except BaseException:
             self._abort(key, block, device_model)
@@ -325,14 +352,15 @@ class Loader:
 
     def _read_l2(
         self,
-        obj: L2Object,
+        files: list[tuple[int, L2Object]],
         block: HostBlock | None,
         device_model: DeviceModel | None,
         hops: HopTimer,
         is_demand: Callable[[], bool],
     ) -> None:
-        """Read every chunk of ``obj`` (threads, O_DIRECT where allowed, each chunk's digest checked by
-        the thread that read it) into one of three targets:
+        """Read every chunk of each file (at its offset in the model's buffer: one file at 0, or the
+        shards of a checkpoint; threads, O_DIRECT where allowed, each chunk's digest checked by the
+        thread that read it) into one of three targets:
 
         - an L1 block, with each chunk copied on to the device as it lands when ``device_model`` is set;
         - on the CPU device with no L1 block, straight into the L0 buffer: no copy at all;
@@ -348,40 +376,22 @@ class Loader:
             disk = stack.enter_context(self._gates["L2->L1"].transfer(is_demand))
             # The device link is claimed only when bytes will cross it.
             pcie = stack.enter_context(self._gates["L1->L0"].transfer(is_demand)) if copier else None
-            reader = stack.enter_context(L2Reader(obj, direct=self.settings.l2_direct_io))
+            ring: StagingRing | None = None
+            if not direct and block is None:
+                chunk = max(obj.chunk_bytes for _, obj in files)
+                ring = self._staging_ring(window, chunk, pinned=self.device.type == "cuda")
             try:
-                landed: Callable[[int, Any], None]
-                if direct:
-                    assert device_model is not None
-                    assert device_model.padded is not None
-                    target = into_buffer(*host_view(device_model.padded), obj)
-
-                    def landed(index: int, token: Any) -> None:
-                        return None  # already in place: nothing to copy
-
-                elif block is not None:
-                    target = into_buffer(*host_view(block.buffer), obj)
-
-                    def landed(index: int, token: Any) -> None:
-                        if copier is not None and pcie is not None:
-                            start, end = obj.chunk(index)
-                            pcie.checkpoint()
-                            copier.copy(block.buffer[start:end], start)
-
-                else:
-                    assert copier is not None
-                    assert pcie is not None
-                    ring = self._staging_ring(window, obj.chunk_bytes, pinned=self.device.type == "cuda")
-
-                    def landed(index: int, token: Any) -> None:
-                        start, end = obj.chunk(index)
-                        pcie.checkpoint()
-                        ring.release(token, copier.copy(ring.slot(token, end - start), start))
-
-                    target = ring.target
-                read_l2(
-                    reader, pool=self._disk_pool, window=window, transfer=disk, target=target, landed=landed
-                )
+                for offset, obj in files:
+                    reader = stack.enter_context(L2Reader(obj, direct=self.settings.l2_direct_io))
+                    target, landed = chunk_targets(obj, offset, block, device_model, copier, pcie, ring)
+                    read_l2(
+                        reader,
+                        pool=self._disk_pool,
+                        window=window,
+                        transfer=disk,
+                        target=target,
+                        landed=landed,
+                    )
             finally:
                 if copier is not None:
                     copier.finish()
@@ -405,6 +415,8 @@ class Loader:
         None when neither holds it. From L1 the block is written as it is (O_DIRECT, no copy); from L0
         in chunks through host scratch buffers."""
         assert spec.sha256 is not None
+        if spec.is_checkpoint:
+            return None  # L1 and L0 hold its weights, not its other files: it comes from L3
         key = spec.key
         block = self.l1.cache.pin(key)
         device_model = self.l0.cache.pin(key) if block is None else None

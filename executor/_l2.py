@@ -5,11 +5,13 @@ Layout under the cache directory::
     index.json          versioned index: per object its size, model, version and chunk digests
     index.json.lock     guards index rewrites across processes
     objects/ab/<sha256> published files, only ever created by rename
-    tmp/<sha256>.<pid>.part   downloads in progress (never read)
+    models/<model>/<version>@<sha16>/   published checkpoint directories (``_l2_dir``)
+    tmp/<sha256>.<pid>.part   downloads in progress (never read); ``.dir`` for a checkpoint
     locks/<sha256>.lock one download per object across processes
 
 An object enters by temp → fsync → sha256 checked against the catalog → rename → index, so nothing
-partial is ever visible. Every use touches the object's mtime: that is the LRU order after a restart
+partial is ever visible; a checkpoint likewise, each file checked, the directory renamed when all are.
+Every use touches the object's mtime: that is the LRU order after a restart
 and across processes sharing the directory, which share its byte budget too (``_fit_shared``).
 
 While an object is written, per-chunk xxh3 digests are recorded; every later read
@@ -20,26 +22,44 @@ the cost of hashing at ~10 GB/s, not of re-reading the file. ``verify_all`` re-h
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import xxhash
 from filelock import FileLock, Timeout
 
 from executor import _metrics
-from executor._tier import ALIGN, TierCache, round_up
+from executor._l2_dir import (
+    CHECKPOINTS,
+    CheckpointWrite,
+    checkpoint_dir,
+    checkpoint_dirs,
+    fsync_dir,
+    remove_tree,
+    tree_size,
+)
+from executor._l2_io import (
+    ChunkDigester,
+    L2File,
+    L2Object,
+    L2Reader,
+    PartWrite,
+    TempWrite,
+    VerifyResult,
+    write_at,
+)
+from executor._tier import TierCache
 from prewarm import CapacityError, IntegrityError, StorageError, Tier, get_logger
 
 __all__ = [
     "INDEX_VERSION",
+    "CheckpointWrite",
     "ChunkDigester",
     "L2Cache",
+    "L2File",
     "L2Object",
     "L2Reader",
     "PartWrite",
@@ -48,228 +68,9 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
-INDEX_VERSION = 1
-# Buffered writes in pieces of this size ran 2-5x faster than one 32 MiB pwrite per part (measured on
-# ext4 under dirty-page throttling: the kernel copies and throttles per call, and big calls stall).
-_WRITE_PIECE = 256 * 1024
-_DIRECT_RUN = 2**20  # O_DIRECT writes of a part go out once this much has landed
-
-
-class ChunkDigester:
-    """xxh3-64 of each ``chunk_bytes`` piece of a stream fed in order, in pieces of any size."""
-
-    def __init__(self, chunk_bytes: int) -> None:
-        self.chunk_bytes = chunk_bytes
-        self._hash = xxhash.xxh3_64()
-        self._fill = 0
-        self.digests: list[int] = []
-
-    def update(self, data: memoryview | bytes) -> None:
-        view = memoryview(data)
-        while len(view):
-            take = min(len(view), self.chunk_bytes - self._fill)
-            self._hash.update(view[:take])
-            self._fill += take
-            view = view[take:]
-            if self._fill == self.chunk_bytes:
-                self.digests.append(self._hash.intdigest())
-                self._hash.reset()
-                self._fill = 0
-
-    def finish(self) -> list[int]:
-        if self._fill:
-            self.digests.append(self._hash.intdigest())
-            self._hash.reset()
-            self._fill = 0
-        return self.digests
-
-
-@dataclass(frozen=True)
-class L2Object:
-    sha256: str
-    path: Path
-    size: int
-    chunk_bytes: int
-    digests: tuple[int, ...]
-    model: str = ""
-    version: str = ""
-
-    def chunk(self, index: int) -> tuple[int, int]:
-        start = index * self.chunk_bytes
-        return start, min(start + self.chunk_bytes, self.size)
-
-    @property
-    def n_chunks(self) -> int:
-        return len(self.digests)
-
-    def to_index(self) -> dict[str, Any]:
-        return {
-            "size": self.size,
-            "chunk_bytes": self.chunk_bytes,
-            "digests": [f"{d:016x}" for d in self.digests],
-            "model": self.model,
-            "version": self.version,
-        }
-
-
-@dataclass
-class VerifyResult:
-    sha256: str
-    model: str
-    ok: bool
-    detail: str = ""
-
-
-@dataclass
-class TempWrite:
-    """A download in progress: reserved bytes, an open temp file, and where it will be published."""
-
-    sha256: str
-    size: int
-    path: Path
-    fd: int
-    model: str
-    version: str
-    # The same file opened with O_DIRECT (None where the filesystem refuses it): aligned runs of a part
-    # go straight from the caller's memory to the disk, with no page-cache copy to throttle or fsync.
-    direct_fd: int | None = None
-    closed: bool = field(default=False)
-
-    def close(self) -> None:
-        if not self.closed:
-            for fd in (self.fd, self.direct_fd):
-                if fd is not None:
-                    os.close(fd)
-            self.closed = True
-
-
-class PartWrite:
-    """One part of a download, ``[start, start + n)`` of the object, written as its pieces land.
-
-    ``buffer`` holds the part (and, when the part ends the object, the slack up to the next ``ALIGN``);
-    ``address`` is its address. Where the temp file takes O_DIRECT and the part is aligned, landed bytes
-    go out in aligned runs of at least ``_DIRECT_RUN`` (the last run rounded up: ``publish`` truncates
-    the file to its size); otherwise each piece is written buffered. On the development VM O_DIRECT
-    writes of a streamed download cost 10-15 % less than buffered writes plus the final fsync.
-    """
-
-    def __init__(
-        self, l2: L2Cache, tw: TempWrite, start: int, n: int, buffer: memoryview, address: int
-    ) -> None:
-        self._l2, self._tw, self._start, self._n, self._buffer = l2, tw, start, n, buffer
-        self._direct = (
-            tw.direct_fd is not None
-            and (address % ALIGN, start % ALIGN) == (0, 0)
-            # Rounding the last run up must not write over the next part: only the object's end may be
-            # unaligned.
-            and (n % ALIGN == 0 or start + n == tw.size)
-            and len(buffer) >= round_up(n)
-        )
-        self._flushed = 0
-
-    def landed(self, a: int, b: int) -> None:
-        """``buffer[a:b]`` has landed (a retried range starts again from 0)."""
-        if not self._direct:
-            self._l2.write(self._tw, self._start + a, self._buffer[a:b])
-            return
-        self._flushed = min(self._flushed, a)
-        upto = b - b % ALIGN
-        if upto - self._flushed >= _DIRECT_RUN:
-            self._write_direct(upto)
-
-    def finish(self) -> None:
-        """Every byte of the part has landed: write what is left."""
-        if self._direct and self._flushed < self._n:
-            self._write_direct(round_up(self._n))
-
-    def _write_direct(self, upto: int) -> None:
-        assert self._tw.direct_fd is not None
-        view, offset = self._buffer[self._flushed : upto], self._start + self._flushed
-        try:
-            while len(view):
-                written = os.pwrite(self._tw.direct_fd, view, offset)
-                view, offset = view[written:], offset + written
-        except OSError as exc:
-            raise StorageError(f"L2: writing {self._tw.path} failed: {exc.strerror}") from exc
-        self._flushed = upto
-
-
-class L2Reader:
-    """Reads chunks of one object into caller memory, O_DIRECT where allowed, checking each digest.
-
-    Thread-safe: ``pread`` carries its own offset, so the pipeline's reading threads share the fds.
-    """
-
-    def __init__(self, obj: L2Object, *, direct: bool) -> None:
-        self.obj = obj
-        try:
-            self._fd = os.open(obj.path, os.O_RDONLY)
-        except OSError as exc:
-            # Another process sharing the cache evicted it: as good as corrupt, fetch it again.
-            raise IntegrityError(f"L2 object {obj.sha256[:12]} is gone: {exc.strerror}") from exc
-        self._direct_fd: int | None = None
-        if direct and hasattr(os, "O_DIRECT"):
-            try:
-                self._direct_fd = os.open(obj.path, os.O_RDONLY | os.O_DIRECT)
-            except OSError:  # tmpfs and some overlay filesystems refuse O_DIRECT
-                self._direct_fd = None
-        else:
-            # Buffered reads of a file we will not read again soon: tell the kernel to read ahead.
-            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-
-    @property
-    def direct(self) -> bool:
-        return self._direct_fd is not None
-
-    def close(self) -> None:
-        for fd in (self._fd, self._direct_fd):
-            if fd is not None:
-                os.close(fd)
-
-    def __enter__(self) -> L2Reader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def read_chunk(self, index: int, out: memoryview, out_address: int) -> int:
-        """Read chunk ``index`` into the start of ``out`` and check its digest; returns its length.
-
-        ``out_address`` is ``out``'s address: O_DIRECT needs it, the file offset and the length aligned,
-        so ``out`` should have room for the length rounded up to ``ALIGN``; otherwise this reads buffered.
-        """
-        start, end = self.obj.chunk(index)
-        n = end - start
-        done = 0
-        want = round_up(n)
-        if (
-            self._direct_fd is not None
-            and (out_address % ALIGN, start % ALIGN) == (0, 0)
-            and len(out) >= want
-        ):
-            try:
-                while done < n:
-                    got = os.preadv(self._direct_fd, [out[done:want]], start + done)
-                    if got <= 0:
-                        break
-                    done += got
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise StorageError(f"L2 read of {self.obj.path} failed: {exc.strerror}") from exc
-                done = 0  # the filesystem took the open but refuses the read: buffered below
-            done = min(done, n)
-        while done < n:
-            got = os.preadv(self._fd, [out[done:n]], start + done)
-            if got <= 0:
-                raise IntegrityError(f"L2 object {self.obj.sha256[:12]} is shorter than its index says")
-            done += got
-        if xxhash.xxh3_64_intdigest(out[:n]) != self.obj.digests[index]:
-            _metrics.INTEGRITY_FAILURES.labels("L2").inc()
-            raise IntegrityError(
-                f"L2 object {self.obj.sha256[:12]} ({self.obj.model}) chunk {index} at byte {start}: "
-                "digest mismatch"
-            )
-        return n
+# 2: entries may be checkpoint directories. An index of version 1 (single files only) is read as is.
+INDEX_VERSION = 2
+_READABLE = (1, 2)
 
 
 class L2Cache:
@@ -308,7 +109,7 @@ class L2Cache:
             log.warning("L2 index unreadable, starting empty", extra={"path": str(self._index_path)})
             del exc
             return {}
-        if data.get("version") != INDEX_VERSION:
+        if data.get("version") not in _READABLE:
             raise StorageError(
                 f"L2 index {self._index_path} has version {data.get('version')!r}, this prewarm "
                 f"understands {INDEX_VERSION}: remove {self.root} or run the matching prewarm"
@@ -327,16 +128,33 @@ class L2Cache:
     def object_path(self, sha: str) -> Path:
         return self.root / "objects" / sha[:2] / sha
 
+    def _entry_path(self, sha: str, raw: dict[str, Any]) -> Path:
+        """Where an index entry lives: its file, or its checkpoint directory."""
+        if "files" in raw:
+            return self.root / checkpoint_dir(str(raw["model"]), str(raw["version"]), sha)
+        return self.object_path(sha)
+
     def _object(self, sha: str, raw: dict[str, Any]) -> L2Object:
+        members = tuple(L2File.from_index(f) for f in raw["files"]) if "files" in raw else ()
         return L2Object(
             sha256=sha,
-            path=self.object_path(sha),
+            path=self._entry_path(sha, raw),
             size=int(raw["size"]),
             chunk_bytes=int(raw["chunk_bytes"]),
-            digests=tuple(int(d, 16) for d in raw["digests"]),
+            digests=() if members else tuple(int(d, 16) for d in raw["digests"]),
             model=str(raw.get("model", "")),
             version=str(raw.get("version", "")),
+            name=str(raw.get("name", "")),
+            members=members,
         )
+
+    @staticmethod
+    def intact(obj: L2Object) -> bool:
+        """Every file there at its size (a stat each): what a restart, or a use of a directory, checks."""
+        try:
+            return all(path.stat().st_size == size for _, path, size in obj.files())
+        except OSError:
+            return False
 
     def _load(self) -> None:
         """Adopt what a previous run left: indexed objects that are intact on disk; delete the rest."""
@@ -348,24 +166,29 @@ class L2Cache:
                     obj = self._object(sha, raw)
                 except (KeyError, TypeError, ValueError):
                     continue
-                if obj.path.is_file() and obj.path.stat().st_size == obj.size:
+                if self.intact(obj):
                     kept[sha] = raw
             on_disk = {p.name: p for p in (self.root / "objects").glob("*/*") if p.is_file()}
             for name, path in on_disk.items():
                 if name not in kept:
                     # Renamed but never indexed (a crash in between): unverifiable, so gone.
                     path.unlink(missing_ok=True)
+            indexed = {self._entry_path(sha, raw) for sha, raw in kept.items() if "files" in raw}
+            for path in checkpoint_dirs(self.root / CHECKPOINTS):
+                if path not in indexed:
+                    remove_tree(path, self.root / CHECKPOINTS)  # the same, for a checkpoint directory
             if kept != entries:
                 self._write_index(kept)
-        for part in (self.root / "tmp").glob("*.part"):
+        for part in [*(self.root / "tmp").glob("*.part"), *(self.root / "tmp").glob("*.dir")]:
             lock = FileLock(str(self.root / "locks" / f"{part.name.split('.')[0]}.lock"))
             try:
                 with lock.acquire(timeout=0):
-                    part.unlink(missing_ok=True)  # nobody is writing it: a crashed download
+                    # Nobody is writing it: a crashed download.
+                    remove_tree(part, part.parent) if part.is_dir() else part.unlink(missing_ok=True)
             except Timeout:
                 pass
         # Least recently used first (file mtime, touched on every use), so LRU order survives a restart.
-        ordered = sorted(kept.items(), key=lambda kv: _mtime(self.object_path(kv[0])))
+        ordered = sorted(kept.items(), key=lambda kv: _mtime(self._entry_path(*kv)))
         for sha, raw in ordered:
             self._adopt(self._object(sha, raw))
 
@@ -385,7 +208,7 @@ class L2Cache:
         if raw is None:
             return None
         obj = self._object(sha, raw)
-        if not obj.path.is_file():
+        if not self.intact(obj):
             return None
         self._adopt(obj)
         return obj
@@ -394,6 +217,16 @@ class L2Cache:
 
     def lookup(self, sha: str) -> L2Object | None:
         obj = self.cache.lookup(sha)
+        if obj is not None and obj.members and not self.intact(obj):
+            # An engine may be pointed at the directory as it is, so a file cut short there (or removed)
+            # is looked for on every use, not only when the bytes are read: the entry goes, and the
+            # caller fetches it again.
+            log.warning(
+                "L2 checkpoint damaged, re-fetching", extra={"model": obj.model, "dir": str(obj.path)}
+            )
+            _metrics.INTEGRITY_FAILURES.labels("L2").inc()
+            self.discard(sha, "integrity")
+            return None
         if obj is not None:
             _touch(obj.path)
         return obj
@@ -415,7 +248,7 @@ class L2Cache:
         with FileLock(str(self.root / "locks" / f"{sha}.lock")):
             yield
 
-    def begin(self, sha: str, size: int, *, model: str, version: str) -> TempWrite:
+    def begin(self, sha: str, size: int, *, model: str, version: str, name: str = "") -> TempWrite:
         """Reserve ``size`` bytes and open a temp file that nobody will ever read as an object."""
         self.cache.reserve(sha, size)
         path = self.root / "tmp" / f"{sha}.{os.getpid()}.part"
@@ -429,7 +262,7 @@ class L2Cache:
         if self.direct_io:
             with contextlib.suppress(OSError):  # tmpfs and some overlay filesystems refuse O_DIRECT
                 direct_fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
-        tw = TempWrite(sha, size, path, fd, model, version, direct_fd)
+        tw = TempWrite(sha, size, path, fd, model, version, direct_fd, name=name)
         try:
             self._fit_shared()
         except BaseException:
@@ -453,9 +286,11 @@ class L2Cache:
             entries = self._read_index()
             used = sum(int(raw.get("size", 0)) for raw in entries.values())
             used += sum(_size(p) for p in (self.root / "tmp").glob("*.part"))
+            used += sum(tree_size(p) for p in (self.root / "tmp").glob("*.dir"))
             excess = used - self.cache.capacity
             if excess > 0:
-                for _, sha in sorted((_mtime(self.object_path(s)), s) for s in entries if s not in busy):
+                lru = sorted((_mtime(self._entry_path(s, r)), s) for s, r in entries.items() if s not in busy)
+                for _, sha in lru:
                     victims.append(sha)
                     excess -= int(entries[sha].get("size", 0))
                     if excess <= 0:
@@ -466,8 +301,7 @@ class L2Cache:
                     f"and downloads, over its budget of {self.cache.capacity}; nothing can be evicted"
                 )
             for sha in victims:
-                del entries[sha]
-                self.object_path(sha).unlink(missing_ok=True)
+                self._remove(self._entry_path(sha, entries.pop(sha)))
             if victims:
                 self._write_index(entries)
         gone = victims + [e.key for e in self.cache.snapshot() if e.ready and e.key not in entries]
@@ -475,13 +309,7 @@ class L2Cache:
             self.cache.evict(sha, "capacity")  # the index no longer names it: nothing left to release
 
     def write(self, tw: TempWrite, offset: int, data: memoryview | bytes) -> None:
-        view = memoryview(data)
-        try:
-            while len(view):
-                n = os.pwrite(tw.fd, view[:_WRITE_PIECE], offset)
-                view, offset = view[n:], offset + n
-        except OSError as exc:
-            raise StorageError(f"L2: writing {tw.path} failed: {exc.strerror}") from exc
+        write_at(tw, offset, data)
 
     def publish(self, tw: TempWrite, sha_actual: str, digests: list[int]) -> L2Object:
         """fsync, check the sha256 computed on the way, rename, index: the object becomes visible."""
@@ -496,7 +324,7 @@ class L2Cache:
         finally:
             tw.close()
         if sha_actual != tw.sha256:
-            self.abandon(tw)
+            self.abandon(tw)  # publish is called with the download lock held: abandon is safe here
             _metrics.INTEGRITY_FAILURES.labels("L3").inc()
             raise IntegrityError(
                 f"{tw.model} {tw.version}: downloaded sha256 {sha_actual[:12]}… does not match the "
@@ -510,11 +338,12 @@ class L2Cache:
             tuple(digests),
             tw.model,
             tw.version,
+            tw.name,
         )
         obj.path.parent.mkdir(parents=True, exist_ok=True)
         with self._index_lock:
             tw.path.replace(obj.path)
-            _fsync_dir(obj.path.parent)
+            fsync_dir(obj.path.parent)
             entries = self._read_index()
             entries[obj.sha256] = obj.to_index()
             self._write_index(entries)
@@ -526,6 +355,72 @@ class L2Cache:
         tw.path.unlink(missing_ok=True)
         self.cache.abort(tw.sha256)
 
+    # -- checkpoint directories
+
+    def begin_checkpoint(
+        self, sha: str, files: list[tuple[str, int, str]], *, model: str, version: str
+    ) -> CheckpointWrite:
+        """Reserve every file's bytes and make the temporary directory they will be written into."""
+        size = sum(f[1] for f in files)
+        self.cache.reserve(sha, size)
+        cw = CheckpointWrite(
+            sha256=sha,
+            size=size,
+            directory=self.root / "tmp" / f"{sha}.{os.getpid()}.dir",
+            model=model,
+            version=version,
+            files=files,
+            chunk_bytes=self.chunk_bytes,
+            direct_io=self.direct_io,
+        )
+        try:
+            cw.create()
+            self._fit_shared()
+        except BaseException:
+            self.abandon_checkpoint(cw)
+            raise
+        return cw
+
+    def publish_checkpoint(self, cw: CheckpointWrite) -> L2Object:
+        """Every file is verified: rename the directory into place and index it."""
+        try:
+            members = cw.members()
+            cw.sync()
+        except BaseException:
+            self.abandon_checkpoint(cw)
+            raise
+        obj = L2Object(
+            cw.sha256,
+            self.root / checkpoint_dir(cw.model, cw.version, cw.sha256),
+            cw.size,
+            self.chunk_bytes,
+            (),
+            cw.model,
+            cw.version,
+            members=members,
+        )
+        with self._index_lock:
+            if obj.path.exists():
+                remove_tree(obj.path, self.root / CHECKPOINTS)  # unindexed leftovers of a crash
+            obj.path.parent.mkdir(parents=True, exist_ok=True)
+            cw.directory.replace(obj.path)
+            fsync_dir(obj.path.parent)
+            entries = self._read_index()
+            entries[obj.sha256] = obj.to_index()
+            self._write_index(entries)
+        self.cache.commit(cw.sha256, obj)
+        return obj
+
+    def abandon_checkpoint(self, cw: CheckpointWrite) -> None:
+        remove_tree(cw.directory, cw.directory.parent)
+        self.cache.abort(cw.sha256)
+
+    def _remove(self, path: Path) -> None:
+        if path.is_dir():
+            remove_tree(path, self.root / CHECKPOINTS)
+        else:
+            path.unlink(missing_ok=True)
+
     def _release(self, sha: str, obj: L2Object | None) -> None:
         if obj is None:
             return  # an aborted reservation: no file was published
@@ -533,7 +428,7 @@ class L2Cache:
             entries = self._read_index()
             if entries.pop(sha, None) is not None:
                 self._write_index(entries)
-            obj.path.unlink(missing_ok=True)
+            self._remove(obj.path)
 
     # -- maintenance
 
@@ -544,29 +439,34 @@ class L2Cache:
             obj = entry.value
             if obj is None or not entry.ready:
                 continue
-            digest = hashlib.sha256()
+            expected = {m.path: m.sha256 for m in obj.members} if obj.members else {"": obj.sha256}
+            bad = []
             try:
-                with open(obj.path, "rb") as f:
-                    while block := f.read(8 * 2**20):
-                        digest.update(block)
+                for rel, path, _ in obj.files():
+                    if _sha256_of(path) != expected[rel if obj.members else ""]:
+                        bad.append(rel)
             except OSError as exc:
                 results.append(VerifyResult(obj.sha256, obj.model, False, f"unreadable: {exc.strerror}"))
                 self.discard(obj.sha256, "integrity")
                 continue
-            ok = digest.hexdigest() == obj.sha256
-            if not ok:
+            if bad:
                 _metrics.INTEGRITY_FAILURES.labels("L2").inc()
                 self.discard(obj.sha256, "integrity")
-            results.append(VerifyResult(obj.sha256, obj.model, ok, "" if ok else "sha256 mismatch: evicted"))
+            where = f" ({', '.join(bad)})" if obj.members else ""
+            results.append(
+                VerifyResult(
+                    obj.sha256, obj.model, not bad, f"sha256 mismatch{where}: evicted" if bad else ""
+                )
+            )
         return results
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(8 * 2**20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _touch(path: Path) -> None:

@@ -28,7 +28,10 @@ from typing import Any, Protocol
 import torch
 
 from executor._hostmem import host_buffer
-from executor._l2 import ChunkDigester, L2Cache, L2Object, L2Reader, PartWrite, TempWrite
+from executor._l0 import DeviceModel
+from executor._l1 import HostBlock
+from executor._l2 import ChunkDigester, L2Object, L2Reader, PartWrite, TempWrite
+from executor._l2_io import WriteSink
 from executor._priority import Transfer
 from executor._safetensors import Layout, header_length, parse_header
 from executor._stores import ObjectStore
@@ -39,6 +42,7 @@ __all__ = [
     "DeviceCopier",
     "RingFactory",
     "StagingRing",
+    "chunk_targets",
     "fetch_l3",
     "host_view",
     "into_buffer",
@@ -84,7 +88,7 @@ def _drain(futures: deque[Future[Any]]) -> None:
 def fetch_l3(
     store: ObjectStore,
     uri: str,
-    l2: L2Cache,
+    l2: WriteSink,
     tw: TempWrite,
     *,
     dest: tuple[memoryview, int] | None,
@@ -95,6 +99,7 @@ def fetch_l3(
     landed: Callable[[int, int], None] | None = None,
 ) -> L2Object:
     """Stream the object into the temp write (and ``dest``, a buffer with its address); publish it in L2
+    (the cache, or the checkpoint directory being written)
     when its sha256 matches. ``landed(start, end)`` runs on this thread as each part of ``dest`` is
     complete, in order: where the device copies of a download to L0 start."""
     size = tw.size
@@ -256,3 +261,46 @@ class DeviceCopier:
                 self.copy(src[start : min(start + chunk_bytes, size)], start)
         finally:
             self.finish()
+
+
+def chunk_targets(
+    obj: L2Object,
+    offset: int,
+    block: HostBlock | None,
+    device_model: DeviceModel | None,
+    copier: DeviceCopier | None,
+    pcie: Any,
+    ring: StagingRing | None,
+) -> tuple[Callable[[int], tuple[memoryview, int, Any]], Callable[[int, Any], None]]:
+    """Where ``read_l2`` puts the chunks of one L2 file that sits at ``offset`` of the model's buffer,
+    and what it does as each lands: nothing when they land in the L0 buffer itself (the CPU device);
+    copy on to the device from an L1 block, when ``copier`` is set; or copy out of the staging ring."""
+    if ring is None and block is None:
+        assert device_model is not None
+        assert device_model.padded is not None
+        view, address = host_view(device_model.padded)
+
+        def in_place(index: int, token: Any) -> None:
+            return None  # already in place: nothing to copy
+
+        return into_buffer(view[offset:], address + offset, obj), in_place
+    if block is not None:
+        view, address = host_view(block.buffer)
+
+        def to_device(index: int, token: Any) -> None:
+            if copier is not None and pcie is not None:
+                start, end = obj.chunk(index)
+                pcie.checkpoint()
+                copier.copy(block.buffer[offset + start : offset + end], offset + start)
+
+        return into_buffer(view[offset:], address + offset, obj), to_device
+    assert ring is not None
+    assert copier is not None
+    assert pcie is not None
+
+    def staged(index: int, token: Any) -> None:
+        start, end = obj.chunk(index)
+        pcie.checkpoint()
+        ring.release(token, copier.copy(ring.slot(token, end - start), offset + start))
+
+    return ring.target, staged

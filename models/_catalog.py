@@ -1,4 +1,14 @@
-"""Catalog files: ``models: [{id, version, uri, size_bytes, sha256?, priority?}]`` in YAML.
+"""Catalog files: ``models: [{id, version, uri, size_bytes, sha256?, priority?, files?}]`` in YAML.
+
+A checkpoint entry (a Hugging Face directory or object-store prefix) lists its files::
+
+    - id: llama-tiny
+      version: "1"
+      uri: s3://models/llama-tiny/
+      size_bytes: 1234567          # the safetensors files together
+      files:
+        - {path: config.json, size_bytes: 612, sha256: ...}
+        - {path: model-00001-of-00002.safetensors, size_bytes: 617283, sha256: ...}
 
 ``Catalog.load`` collects every problem before failing, one line per problem naming the entry and the
 field, so an operator fixes a bad catalog in one pass.
@@ -13,10 +23,11 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from models._files import EntryProblems
 from models._spec import ModelSpec
 from prewarm import ConfigError, UnknownModel, get_logger
 
-__all__ = ["CATALOG_VERSION", "Catalog", "CatalogProblem", "CatalogWatcher"]
+__all__ = ["CATALOG_VERSION", "Catalog", "CatalogProblem", "CatalogWatcher", "parse_entry", "problem_lines"]
 
 log = get_logger(__name__)
 
@@ -29,6 +40,29 @@ class CatalogProblem(ConfigError):
     def __init__(self, source: str, problems: list[str]) -> None:
         super().__init__(f"{source}: {len(problems)} problem(s)\n" + "\n".join(problems), setting="catalog")
         self.problems = problems
+
+
+def problem_lines(label: str, exc: ValidationError) -> list[str]:
+    """One line per problem: ``models[3] (llama).files[2].path: ...``."""
+    lines = []
+    for err in exc.errors():
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, EntryProblems):
+            # Rules across fields (a checkpoint's files): each problem names its own field.
+            lines += [f"{label}.{problem}" for problem in cause.problems]
+            continue
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]) or ".entry"
+        lines.append(f"{label}{field}: {err['msg']}")
+    return lines
+
+
+def parse_entry(data: dict[str, Any], source: str = "entry") -> ModelSpec:
+    """One catalog entry, validated; ``CatalogProblem`` names each problem as ``Catalog.load`` would."""
+    try:
+        return ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        name = data.get("id")
+        raise CatalogProblem(source, problem_lines(str(name) if name else "entry", exc)) from exc
 
 
 class Catalog:
@@ -62,9 +96,7 @@ class Catalog:
             try:
                 spec = ModelSpec.model_validate(entry)
             except ValidationError as exc:
-                for err in exc.errors():
-                    field = ".".join(str(p) for p in err["loc"]) or "entry"
-                    problems.append(f"{label}.{field}: {err['msg']}")
+                problems += problem_lines(label, exc)
                 continue
             if spec.id in seen:
                 problems.append(f"{label}.id: duplicate id {spec.id!r} (first at models[{seen[spec.id]}])")
@@ -90,7 +122,7 @@ class Catalog:
     def to_data(self) -> dict[str, Any]:
         return {
             "version": CATALOG_VERSION,
-            "models": [s.model_dump(mode="json", exclude_none=True) for s in self._specs.values()],
+            "models": [_entry_data(s) for s in self._specs.values()],
         }
 
     def save(self, path: Path) -> None:
@@ -128,6 +160,11 @@ class Catalog:
 
     def ids(self) -> list[str]:
         return list(self._specs)
+
+
+def _entry_data(spec: ModelSpec) -> dict[str, Any]:
+    # A single-file entry is written as before: no empty ``files`` list.
+    return spec.model_dump(mode="json", exclude_none=True, exclude={"files"} if not spec.files else None)
 
 
 class CatalogWatcher:

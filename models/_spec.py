@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import enum
-import re
-from typing import Annotated
+from typing import Annotated, Self
+from urllib.parse import quote, unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from models._files import SHA256, EntryProblems, FileSpec, file_problems, is_weight_file, manifest_sha256
 from prewarm import ModelId, known_schemes
 
 __all__ = ["ModelSpec", "PriorityClass"]
-
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class PriorityClass(enum.StrEnum):
@@ -28,7 +27,14 @@ class PriorityClass(enum.StrEnum):
 
 
 class ModelSpec(BaseModel):
-    """One model version: where its safetensors weights live, how big they are, and their digest."""
+    """One model version: where its safetensors weights live, how big they are, and their digest.
+
+    A single-file entry's ``uri`` is the safetensors file itself and ``files`` is empty. A checkpoint
+    entry's ``uri`` is a directory or object-store prefix and ``files`` lists every file under it
+    (shards, index, config, tokenizer) with size and sha256; its ``size_bytes`` is the sum of the
+    safetensors files (what host and device memory hold), and its ``sha256`` the digest of that list
+    (``manifest_sha256``), filled in when the catalog leaves it out.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -38,6 +44,7 @@ class ModelSpec(BaseModel):
     size_bytes: Annotated[int, Field(gt=0)]
     sha256: str | None = None
     priority: PriorityClass = PriorityClass.STANDARD
+    files: tuple[FileSpec, ...] = ()
 
     @field_validator("uri")
     @classmethod
@@ -54,7 +61,7 @@ class ModelSpec(BaseModel):
     @field_validator("sha256")
     @classmethod
     def _sha256(cls, value: str | None) -> str | None:
-        if value is not None and not _SHA256.fullmatch(value):
+        if value is not None and not SHA256.fullmatch(value):
             raise ValueError("sha256 must be 64 lowercase hex digits")
         return value
 
@@ -62,3 +69,40 @@ class ModelSpec(BaseModel):
     def key(self) -> tuple[str, str, str | None]:
         """What a cached copy is keyed by, so that a stale version can never be served."""
         return (self.id, self.version, self.sha256)
+
+    @model_validator(mode="after")
+    def _checkpoint(self) -> Self:
+        if not self.files:
+            return self
+        problems = file_problems(self.files, self.size_bytes)
+        if not problems:
+            fingerprint = manifest_sha256(self.files)
+            if self.sha256 is None:
+                # Frozen model: the digest is derived, not user input, so it is set once here.
+                object.__setattr__(self, "sha256", fingerprint)
+            elif self.sha256 != fingerprint:
+                problems.append(
+                    f"sha256: {self.sha256[:12]}... is not the digest of the listed files "
+                    f"({fingerprint[:12]}...); leave it out to have it computed"
+                )
+        if problems:
+            raise EntryProblems(problems)
+        return self
+
+    @property
+    def is_checkpoint(self) -> bool:
+        """A directory of files (Hugging Face layout) rather than one safetensors file."""
+        return bool(self.files)
+
+    def weight_files(self) -> tuple[FileSpec, ...]:
+        """The safetensors files in load order (shards by name); a single-file entry's one file."""
+        if not self.files:
+            name = unquote(urlparse(self.uri).path).rstrip("/").rsplit("/", 1)[-1] or "model.safetensors"
+            return (FileSpec(path=name, size_bytes=self.size_bytes, sha256=self.sha256),)
+        return tuple(sorted((f for f in self.files if is_weight_file(f.path)), key=lambda f: f.path))
+
+    def file_uri(self, path: str) -> str:
+        """The uri of one file of a checkpoint (its path is relative to ``uri``)."""
+        if not self.files:
+            return self.uri
+        return self.uri.rstrip("/") + "/" + quote(path)

@@ -13,19 +13,15 @@ import json
 import math
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from models._catalog import Catalog
-from models._spec import ModelSpec
-from prewarm import validate_model_id
+__all__ = ["DTYPE_BYTES", "TransformerShape", "shape_for_size", "write_safetensors", "write_tensors"]
 
-__all__ = ["TransformerShape", "shape_for_size", "synth_catalog", "write_safetensors"]
-
-_DTYPE_BYTES = {"F16": 2, "BF16": 2}
+DTYPE_BYTES = {"F16": 2, "BF16": 2}
 _POOL_ELEMENTS = 4 * 2**20  # 8 MiB of 16-bit values per model
 _ALIGN = 8
 
@@ -90,12 +86,27 @@ def _pool(seed: int, dtype: str) -> np.ndarray:
 
 def write_safetensors(path: Path, shape: TransformerShape, *, dtype: str = "F16", seed: int = 0) -> str:
     """Write ``path`` (temp file, fsync, rename) and return its sha256."""
-    if dtype not in _DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {sorted(_DTYPE_BYTES)}")
-    itemsize = _DTYPE_BYTES[dtype]
+    return write_tensors(path, list(shape.tensors()), dtype=dtype, seed=seed)
+
+
+def write_tensors(
+    path: Path,
+    layout: Sequence[tuple[str, tuple[int, ...]]],
+    *,
+    dtype: str = "F16",
+    seed: int = 0,
+    ones: Callable[[str], bool] = lambda _name: False,
+) -> str:
+    """Write the named tensors of ``layout`` to ``path`` (temp file, fsync, rename); return its sha256.
+
+    Values come from the model's pool; tensors for which ``ones(name)`` holds are all 1.0 instead
+    (norm weights, so that a synthesized model computes like a real one rather than towards zero).
+    """
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}")
+    itemsize = DTYPE_BYTES[dtype]
     header: dict[str, object] = {"__metadata__": {"format": "pt", "generator": "prewarm models synth"}}
     offset = 0
-    layout = list(shape.tensors())
     for name, dims in layout:
         n = int(np.prod(dims)) * itemsize
         header[name] = {"dtype": dtype, "shape": list(dims), "data_offsets": [offset, offset + n]}
@@ -103,6 +114,8 @@ def write_safetensors(path: Path, shape: TransformerShape, *, dtype: str = "F16"
     header_bytes = json.dumps(header, separators=(",", ":")).encode()
     header_bytes += b" " * (-len(header_bytes) % _ALIGN)
     pool = _pool(seed, dtype)
+    one = np.array([1.0], dtype=np.float32)
+    one_bits = one.astype(np.float16).view(np.uint16) if dtype == "F16" else one.view(np.uint32) >> 16
     digest = hashlib.sha256()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -111,8 +124,13 @@ def write_safetensors(path: Path, shape: TransformerShape, *, dtype: str = "F16"
             f.write(chunk)
             digest.update(chunk)
         cursor = 0
-        for _, dims in layout:
+        for name, dims in layout:
             remaining = int(np.prod(dims))
+            if ones(name):
+                block = np.full(remaining, one_bits[0], dtype=np.uint16).tobytes()
+                f.write(block)
+                digest.update(block)
+                continue
             while remaining:
                 take = min(remaining, _POOL_ELEMENTS - cursor)
                 block = pool[cursor : cursor + take].tobytes()
@@ -124,24 +142,3 @@ def write_safetensors(path: Path, shape: TransformerShape, *, dtype: str = "F16"
         os.fsync(f.fileno())
     tmp.replace(path)
     return digest.hexdigest()
-
-
-def synth_catalog(
-    out_dir: Path, sizes: list[int], count: int | None = None, *, dtype: str = "F16", prefix: str = "demo"
-) -> Catalog:
-    """Write ``count`` models (cycling through ``sizes``) under ``out_dir`` and ``out_dir/catalog.yaml``."""
-    out_dir = Path(out_dir).resolve()
-    count = len(sizes) if count is None else count
-    specs = []
-    for i in range(count):
-        target = sizes[i % len(sizes)]
-        model_id = validate_model_id(f"{prefix}-{i:02d}")
-        shape = shape_for_size(target, _DTYPE_BYTES[dtype])
-        path = out_dir / f"{model_id}.safetensors"
-        sha = write_safetensors(path, shape, dtype=dtype, seed=i)
-        specs.append(
-            ModelSpec(id=model_id, version="1", uri=path.as_uri(), size_bytes=path.stat().st_size, sha256=sha)
-        )
-    catalog = Catalog(specs)
-    catalog.save(out_dir / "catalog.yaml")
-    return catalog

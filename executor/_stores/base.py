@@ -10,6 +10,8 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 
+from prewarm import ObjectStoreError
+
 __all__ = ["PIECE", "ObjectStore", "OnPiece"]
 
 _HASH_BLOCK = 8 * 2**20
@@ -44,6 +46,13 @@ class ObjectStore(ABC):
         if on_piece is not None:
             for a in range(0, len(dest), PIECE):
                 on_piece(a, min(a + PIECE, len(dest)))
+
+    def list_prefix(self, uri: str) -> list[tuple[str, int]]:
+        """Every object under the directory or prefix ``uri``: (path relative to it, size), by path.
+
+        What a checkpoint entry is made of; an empty list when nothing is there.
+        """
+        raise ObjectStoreError(f"{self.scheme}:// stores cannot list a prefix ({uri})")
 
     def iter_bytes(self, uri: str, block: int = _HASH_BLOCK) -> Iterator[bytes]:
         size = self.size(uri)

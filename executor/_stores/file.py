@@ -30,6 +30,20 @@ class FileStore(ObjectStore):
         except OSError as exc:
             raise ObjectStoreError(f"file store: cannot stat {uri}: {exc.strerror}") from exc
 
+    def list_prefix(self, uri: str) -> list[tuple[str, int]]:
+        root = self.path(uri)
+        if not root.is_dir():
+            return []  # a file, or nothing: like an S3 prefix with no objects under it
+        found = []
+        try:
+            for dirpath, _, names in os.walk(root):
+                for name in names:
+                    path = Path(dirpath) / name
+                    found.append((path.relative_to(root).as_posix(), path.stat().st_size))
+        except OSError as exc:
+            raise ObjectStoreError(f"file store: cannot list {uri}: {exc.strerror}") from exc
+        return sorted(found)
+
     def read_range_into(
         self, uri: str, start: int, dest: memoryview, on_piece: OnPiece | None = None
     ) -> None:

@@ -132,6 +132,25 @@ class S3Store(ObjectStore):
         head = self._call(f"HEAD {uri}", lambda: self._client.head_object(Bucket=bucket, Key=key))
         return int(head["ContentLength"])
 
+    def list_prefix(self, uri: str) -> list[tuple[str, int]]:
+        parsed = urlparse(uri)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            raise ObjectStoreError(f"not an s3://bucket/prefix/ uri: {uri}")
+        bucket, prefix = parsed.netloc, unquote(parsed.path.lstrip("/"))
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"  # a prefix names a directory: s3://b/llama must not take s3://b/llama-2/...
+
+        def listing() -> list[tuple[str, int]]:
+            found = []
+            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    rel = str(item["Key"])[len(prefix) :]
+                    if rel and not rel.endswith("/"):  # "directory" marker objects hold nothing
+                        found.append((rel, int(item["Size"])))
+            return sorted(found)
+
+        return self._call(f"LIST {uri}", listing)
+
     def read_range(self, uri: str, start: int, end: int) -> bytes:
         bucket, key = _split_s3(uri)
 

@@ -80,7 +80,7 @@ def test_index_survives_a_restart(catalog: Catalog, make_executor: ExecutorFacto
     assert second.ensure("m0", Tier.L1).served_from is Tier.L2
     assert second.ensure("m1", Tier.L2).served_from is Tier.L2
     index = json.loads((tmp_path / "c" / "index.json").read_text())
-    assert index["version"] == 1
+    assert index["version"] == 2
     assert len(index["objects"]) == 2
 
 

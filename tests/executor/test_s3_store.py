@@ -1,4 +1,5 @@
-"""L3 on the real S3 server of the local stack: loads, a server that dies mid-download, bad credentials."""
+"""L3 on the real S3 server of the local stack: loads (single files and checkpoint prefixes), a server that
+dies mid-download, bad credentials."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from executor_testkit import ExecutorFactory, make_model, s3_settings, serves
+import torch
+from executor_testkit import SMALL, ExecutorFactory, make_model, s3_settings, serves
+from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from executor import FileStore, S3Store, open_store
-from models import Catalog, ModelSpec
+from models import Catalog, ModelSpec, synth_checkpoint
 from prewarm import ObjectStoreError, Tier
 
 
@@ -208,3 +211,30 @@ def test_unreachable_endpoint_is_one_line_naming_it(
     assert len(lines) == 1
     assert endpoint in lines[0]
     assert "unreachable" in lines[0]
+
+
+def test_checkpoint_loads_from_an_s3_prefix_as_one_directory(
+    s3_endpoint: str, s3_bucket: str, tmp_path: Path, unique: str, make_executor: ExecutorFactory
+) -> None:
+    root = tmp_path / "llama"
+    local = synth_checkpoint(root, model_id="org/llama", shape=SMALL, shards=3)
+    store = S3Store(s3_settings(s3_endpoint=s3_endpoint))
+    store.ensure_bucket(s3_bucket)
+    prefix = f"s3://{s3_bucket}/executor-tests/{unique}/org/llama/"
+    for f in local.files:
+        store.put_file(root / f.path, prefix + f.path)
+    # The listing the register command builds the entry from, and the entry the executor loads.
+    assert store.list_prefix(prefix) == [(f.path, f.size_bytes) for f in local.files]
+    spec = local.model_copy(update={"uri": prefix})
+    executor = make_executor(Catalog([spec]), s3=s3_settings(s3_endpoint=s3_endpoint))
+
+    assert executor.ensure("org/llama", Tier.L0).served_from is Tier.L3
+
+    assert spec.sha256 is not None
+    obj = executor.l2.lookup(spec.sha256)
+    assert obj is not None
+    assert all(path.read_bytes() == (root / rel).read_bytes() for rel, path, _ in obj.files())
+    expected = {k: v for f in spec.weight_files() for k, v in load_file(str(root / f.path)).items()}
+    with executor.acquire("org/llama") as tensors:
+        assert tensors.keys() == expected.keys()
+        assert all(torch.equal(tensors[k], v) for k, v in expected.items())
