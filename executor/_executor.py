@@ -253,8 +253,9 @@ class Executor:
             raise CapacityError(f"{model_id}: evicted from L1 three times before it could be leased")
         self.l1.cache.lookup(spec.key, use=True)
         assert block.layout is not None  # committed blocks have one
-        # A single-file entry is one safetensors file at the block's start, named after its uri.
-        files = block.files or BlockLayout.pack([(os.path.basename(spec.uri), block.layout.file_bytes)])
+        # A block filled from L2 knows its files; one copied down from L0 holds the weights alone, laid
+        # out as every load lays them (each file at the next aligned offset, in load order).
+        files = block.files or BlockLayout.pack([(f.path, f.size_bytes) for f in spec.weight_files()])
         wait = time.perf_counter() - started
         with self._lock:
             lease = HostLease(f"{os.getpid()}-{next(self._lease_ids)}", spec, block, files, served_from, wait)

@@ -180,6 +180,12 @@ class HandoffServer:
                 conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
             )
             if uid != os.getuid():
+                # The refusal answers the peer's first request (read, never acted on): closing with
+                # it unread would reset the connection before the peer could read why.
+                conn.settimeout(5.0)
+                with contextlib.suppress(OSError, ProtocolError):
+                    for fd in (recv_message(conn) or ({}, []))[1]:
+                        os.close(fd)
                 self._refuse(
                     conn,
                     f"refused: peer uid {uid} (pid {pid}) is not this executor's uid {os.getuid()}",

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -29,9 +30,9 @@ from executor._hostmem import SharedBuffer, populate, shared_buffer
 from executor._safetensors import Layout
 from executor._tier import ALIGN, ModelKey, TierCache, round_up
 from prewarm import PlacementFailed, Tier, get_logger
-from prewarm_client import BlockLayout
+from prewarm_client import BlockLayout, FileSlice
 
-__all__ = ["HostBlock", "HostPool", "L1Cache"]
+__all__ = ["HostBlock", "HostPool", "L1Cache", "block_files", "copy_small_files"]
 
 log = get_logger(__name__)
 _CUDA_HOST_REGISTER_PORTABLE = 1
@@ -136,3 +137,26 @@ class L1Cache:
     def _release(self, _key: ModelKey, block: HostBlock | None) -> None:
         if block is not None:
             self.pool.free(block)
+
+
+def block_files(weights: Sequence[tuple[str, int, int]], small: Sequence[tuple[str, int]]) -> BlockLayout:
+    """Where each file of an entry lies in its block: the safetensors files where the loader reads them
+    (``(path, offset, length)``: each at an aligned offset, in load order), then the small files an
+    engine starts from (``config.json``, tokenizer files), packed after them."""
+    slices = [FileSlice(path, offset, length) for path, offset, length in weights]
+    end = max((round_up(f.offset + f.length) for f in slices), default=0)
+    tail = BlockLayout.pack(small)
+    slices += [FileSlice(f.path, end + f.offset, f.length) for f in tail.files]
+    return BlockLayout(tuple(slices), end + tail.size)
+
+
+def copy_small_files(block: HostBlock, files: BlockLayout, sources: Sequence[tuple[str, Path]]) -> None:
+    """Copy the small files (kilobytes: a config, a tokenizer) into the block at their places."""
+    view = block.buffer.numpy()
+    for path, source in sources:
+        where = files.file(path)
+        assert where is not None
+        data = source.read_bytes()
+        if len(data) != where.length:
+            raise OSError(f"{source} changed size in L2 ({len(data)} bytes, {where.length} expected)")
+        view[where.offset : where.offset + where.length] = memoryview(data)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from models import ModelSpec
+from models import ModelSpec, parse_entry
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG: dict[str, object] = {
@@ -95,6 +95,24 @@ def write_checkpoint(directory: Path, seed: int = 0) -> Path:
     (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     (directory / "config.json").write_text(json.dumps(CONFIG, indent=2))
     return directory
+
+
+def checkpoint_entry(directory: Path, model_id: str, version: str = "1") -> ModelSpec:
+    """The catalog entry of a checkpoint directory: every file with its size and sha256."""
+    files = [
+        {"path": p.name, "size_bytes": p.stat().st_size, "sha256": sha256_of(p)}
+        for p in sorted(directory.iterdir())
+        if p.is_file()
+    ]
+    weights = sum(int(f["size_bytes"]) for f in files if str(f["path"]).endswith(".safetensors"))
+    data = {
+        "id": model_id,
+        "version": version,
+        "uri": directory.as_uri() + "/",
+        "size_bytes": weights,
+        "files": files,
+    }
+    return parse_entry(data, source=str(directory))
 
 
 def single_file_entry(directory: Path, model_id: str, seed: int = 0) -> ModelSpec:

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 from checkpoint_kit import (
-    CONFIG,
     PROMPT,
     SHARDS,
+    checkpoint_entry,
     drop_pages,
-    single_file_entry,
     start_engine,
     write_checkpoint,
 )
@@ -42,10 +41,10 @@ ENGINE = """
                 ranges.append((start, end))
         return ranges
 
-    model_id, socket_dir, checkpoint, config = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-    prompt = torch.tensor([json.loads(sys.argv[5])])
+    model_id, socket_dir, checkpoint = sys.argv[1], sys.argv[2], sys.argv[3]
+    prompt = torch.tensor([json.loads(sys.argv[4])])
     before = read_bytes()
-    model = load_model(model_id, socket_dir=socket_dir, config=config)
+    model = load_model(model_id, socket_dir=socket_dir)  # config.json from the block, like the weights
     read_from_l1 = read_bytes() - before
     ranges = memfd_ranges()
     params = list(model.parameters())
@@ -79,15 +78,12 @@ def test_engine_process_generates_from_l1_what_the_files_give_without_reading_th
     serve: Any, tmp_path: Path
 ) -> None:
     checkpoint = write_checkpoint(tmp_path / "llama-tiny")
-    # A single-file entry with every tensor of the checkpoint (the executor's L1 block is one file).
-    spec = single_file_entry(tmp_path / "entry", "llama-tiny")
+    spec = checkpoint_entry(checkpoint, "llama-tiny")  # a sharded Hugging Face checkpoint in L3
     executor, socket_dir = serve(Catalog([spec]), l1_budget_bytes=64 * 2**20)
     executor.ensure("llama-tiny", Tier.L1)
     shards = [checkpoint / name for name in SHARDS]
     drop_pages(*shards)  # so that reading them shows in read_bytes
-    engine = start_engine(
-        ENGINE, "llama-tiny", str(socket_dir), str(checkpoint), json.dumps(CONFIG), json.dumps(PROMPT)
-    )
+    engine = start_engine(ENGINE, "llama-tiny", str(socket_dir), str(checkpoint), json.dumps(PROMPT))
     out, err = engine.communicate(timeout=540)
     assert engine.returncode == 0, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
