@@ -339,7 +339,9 @@ class Loader:
         try:
             if tier is not Tier.L0 or not self._direct_l0:
                 try:
-                    block = self.l1.reserve(key, plan.size, prefetched=not demand)
+                    block = self.l1.reserve(
+                        key, layout.file_bytes, prefetched=not demand, block_bytes=plan.size
+                    )
                 except CapacityError:
                     if tier is not Tier.L0:
                         raise

@@ -125,14 +125,25 @@ class L1Cache:
             self.pool.capacity,
             clock=clock,
             release=self._release,
-            place=self.pool.alloc,
+            place=self._place,
             ttl_s=ttl_s,
         )
+        self._slack = threading.local()  # per reserving thread: room beyond the accounted bytes
 
-    def reserve(self, key: ModelKey, nbytes: int, *, prefetched: bool) -> HostBlock:
-        block = self.cache.reserve(key, round_up(nbytes), prefetched=prefetched)
+    def reserve(self, key: ModelKey, nbytes: int, *, prefetched: bool, block_bytes: int = 0) -> HostBlock:
+        """Account ``nbytes`` (the weights) and allocate a block of at least ``block_bytes``: a
+        checkpoint's small files ride in its block but not in the tier's accounting, as the planner
+        counts an entry's weights only."""
+        self._slack.extra = max(0, round_up(block_bytes) - round_up(nbytes))
+        try:
+            block = self.cache.reserve(key, round_up(nbytes), prefetched=prefetched)
+        finally:
+            self._slack.extra = 0
         assert block is not None
         return block
+
+    def _place(self, nbytes: int) -> HostBlock:
+        return self.pool.alloc(nbytes + getattr(self._slack, "extra", 0))
 
     def _release(self, _key: ModelKey, block: HostBlock | None) -> None:
         if block is not None:
