@@ -1,8 +1,8 @@
 """A vLLM model-loader plugin: ``--load-format prewarm`` takes the weights from the node's executor.
 
-Installed with prewarm, it is found through the ``vllm.general_plugins`` entry point (every vLLM process
-calls ``register`` before it loads a model; ``VLLM_PLUGINS`` selects plugins by name), which registers ``PrewarmModelLoader`` with vLLM's
-``register_model_loader``. Then:
+Installed with prewarm, it is found through the ``vllm.general_plugins`` entry point (every vLLM
+process calls ``register`` before it loads a model; ``VLLM_PLUGINS`` selects plugins by name), which
+registers ``PrewarmModelLoader`` with vLLM's ``register_model_loader``. Then:
 
     vllm serve /models/llama-8b --load-format prewarm \\
         --model-loader-extra-config '{"model_id": "llama-8b", "sha256": "..."}'
@@ -79,7 +79,8 @@ def load_into(model: Any, options: LoaderOptions) -> set[str] | None:
     finally:
         weights.close()  # ends the lease even if load_weights stopped early
     if loaded is not None and expected - loaded:
-        raise ValueError(f"{options.model_id}: weights not initialized from prewarm: {sorted(expected - loaded)}")
+        missing = sorted(expected - loaded)
+        raise ValueError(f"{options.model_id}: weights not initialized from prewarm: {missing}")
     return loaded
 
 
