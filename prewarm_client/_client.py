@@ -22,7 +22,7 @@ import logging
 import mmap
 import os
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -148,7 +148,7 @@ def open_weights(
         raise
 
 
-def iter_weights(model_id: str, **options: Any) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_weights(model_id: str, **options: Any) -> Generator[tuple[str, torch.Tensor], None, None]:
     """``(name, tensor)`` in file order, as engines that stream weights consume them (vLLM's
     ``load_weights``); the lease is held until the iterator is exhausted or closed. Takes the same
     options as ``open_weights``; tensors are CPU views unless ``device`` says otherwise."""

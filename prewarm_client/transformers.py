@@ -47,7 +47,7 @@ def parameters_on_meta() -> Iterator[None]:
             kwargs["requires_grad"] = param.requires_grad
             module._parameters[name] = type(current)(current.to("meta"), **kwargs)
 
-    torch.nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    torch.nn.Module.register_parameter = on_meta  # type: ignore[method-assign, assignment]
     try:
         yield
     finally:

@@ -90,7 +90,7 @@ def loader_class() -> Any:
     if _loader is None:
         from vllm.model_executor.model_loader import BaseModelLoader
 
-        class PrewarmModelLoader(BaseModelLoader):  # type: ignore[misc, valid-type]
+        class PrewarmModelLoader(BaseModelLoader):  # type: ignore[misc]
             """Weights from prewarm's executor over its hand-off socket (``prewarm_client``)."""
 
             def __init__(self, load_config: Any) -> None:
