@@ -26,7 +26,7 @@ ENGINE = """
     import torch
     import transformers
     from transformers.models.llama import modeling_llama  # code, imported before anything is measured
-    from prewarm_client.transformers import load_model
+    from prewarm_client.transformers import load_model, parameters_on_meta
 
     def read_bytes():
         for line in open("/proc/self/io"):
@@ -43,6 +43,12 @@ ENGINE = """
 
     model_id, socket_dir, checkpoint = sys.argv[1], sys.argv[2], sys.argv[3]
     prompt = torch.tensor([json.loads(sys.argv[4])])
+    # Code first: build the model once on the meta device, so that every module transformers imports
+    # lazily is loaded (from disk, if the page cache lost it) before read_bytes is measured.
+    config = transformers.AutoConfig.for_model("llama", hidden_size=8, intermediate_size=8,
+                                               num_hidden_layers=1, num_attention_heads=1, vocab_size=8)
+    with parameters_on_meta():
+        transformers.AutoModelForCausalLM.from_config(config).load_state_dict({}, strict=False, assign=True)
     before = read_bytes()
     model = load_model(model_id, socket_dir=socket_dir)  # config.json from the block, like the weights
     read_from_l1 = read_bytes() - before
