@@ -14,6 +14,10 @@ L0 (device), verified at every step, and serves them as tensor views.
     run_forever(daemon, host, port)                  # ... served until interrupted
     run_load_benchmark(settings, nbytes=..., ...)    # the loader benchmark (``prewarm bench load``)
 
+    HandoffServer(executor, socket_dir).start()      # engines take L1 blocks (prewarm_client)
+    executor.lease("llama-8b", sha256=...)           # ... what the socket does for each of them
+    run_handoff_benchmark(settings, nbytes=..., ...) # engine from disk vs from L1 (``bench handoff``)
+
 Imports only the spine, the catalog, torch, numpy, safetensors-free parsing, xxhash and filelock; boto3
 is imported when an ``s3://`` store is opened, and FastAPI and kafka-python when the daemon is first
 named (a node that only loads weights, like the GPU check, never needs them). Never pandas,
@@ -25,7 +29,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from executor._bench import run_load_benchmark
-from executor._executor import Executor, LoadResult
+from executor._executor import Executor, HostLease, LoadResult
+from executor._handoff import HandoffServer
+from executor._handoff_bench import run_handoff_benchmark
 from executor._l2 import VerifyResult
 from executor._register import DEFAULT_EXCLUDES, Registration, describe_entry
 from executor._safetensors import Layout, TensorEntry, parse_header, tensor_views
@@ -39,6 +45,8 @@ __all__ = [
     "Executor",
     "ExecutorDaemon",
     "FileStore",
+    "HandoffServer",
+    "HostLease",
     "Layout",
     "LoadResult",
     "ObjectStore",
@@ -51,6 +59,7 @@ __all__ = [
     "parse_header",
     "register_store",
     "run_forever",
+    "run_handoff_benchmark",
     "run_load_benchmark",
     "tensor_views",
 ]

@@ -145,9 +145,8 @@ def run_load_benchmark(
     )
     try:
         executor.ensure("bench", Tier.L2)  # file:// L3 → L2: the cache entry the next runs read
-        # The L1 pool is allocated once per node and reused; touch it now so page faults of a fresh
-        # allocation are not counted as load time (a pinned pool on CUDA is touched by pinning).
-        executor.l1.pool.prefault()
+        # Each L1 block is a fresh memfd (shared with engines), so its page faults are part of every
+        # load to L1 and are counted (the pool used to be one allocation, touched once up front).
         obj_path = executor.l2.object_path(sha)
         for rep in range(repeat):
             drop_page_cache(path)
@@ -289,7 +288,6 @@ class _S3Bench:
             cache_dir=cache,
             device=self.device,
         ) as executor:
-            executor.l1.pool.prefault()
             result = executor.ensure("bench", Tier.L1, demand=True)
         shutil.rmtree(cache, ignore_errors=True)
         return {

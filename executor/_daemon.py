@@ -9,6 +9,10 @@
 * State: the node's ``ExecutorState`` goes to the compacted ``prewarm.executor-state`` topic, keyed by
   node, every ``state_interval_s`` and right after each order or load.
 * HTTP: the load API (``_http``), served by ``run_forever``.
+* Hand-off: with a socket directory, the socket engines take L1 blocks from (``_handoff``); a lease
+  opened or ended makes the next state report go out at once.
+* Standalone (``kafka=None``): no orders and no state topic, only the load API and the hand-off socket
+  (a node driven by its engines, or a check).
 
 Every kafka-python call goes through the spine's ``broker_errors``, so what stops a loop is a
 ``BrokerError``. Only the spine, the catalog, the executor, FastAPI and kafka-python are imported: this
@@ -30,7 +34,8 @@ from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartitio
 from pydantic import ValidationError
 
 from executor._executor import Executor
-from executor._http import create_app
+from executor._handoff import HandoffServer
+from executor._http import check_binding, create_app
 from executor._offsets import OffsetTracker
 from models import CatalogWatcher
 from prewarm import (
@@ -75,12 +80,16 @@ class ExecutorDaemon:
     def __init__(
         self,
         executor: Executor,
-        kafka: KafkaSettings,
+        kafka: KafkaSettings | None,
         *,
         state_interval_s: float = 5.0,
         catalog_path: Path | None = None,
         group_prefix: str = "prewarm-executor",
+        socket_dir: Path | None = None,
+        api_token: str | None = None,
     ) -> None:
+        """``kafka=None``: standalone, no orders in and no state out. ``socket_dir``: serve the hand-off
+        socket there. ``api_token``: required for the load API's writes."""
         self.executor = executor
         self.node = executor.settings.node_name
         self._kafka = kafka
@@ -99,34 +108,50 @@ class ExecutorDaemon:
         # The last few, for tests and /v1/state readers; deque.append is atomic, and three threads apply.
         self.outcomes: deque[OrderOutcome] = deque(maxlen=50)
         self.error: BrokerError | None = None
+        self.api_token = api_token or None
+        self.handoff = (
+            HandoffServer(executor, socket_dir, changed=self._state_due.set)
+            if socket_dir is not None
+            else None
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> ExecutorDaemon:
-        if self.executor.l1.pool.pinned:
-            # Pinning the whole L1 takes seconds: once, before the first order, not inside a load. (Plain
-            # memory is faulted in block by block as fast, so a CPU node commits RAM only as L1 fills.)
-            self.executor.l1.pool.prefault()
-        servers = bootstrap_servers(self._kafka)
-        ensure_control_topics(self._kafka, client_id=f"{self._kafka.kafka_client_id}-executor")
-        with broker_errors("connect state producer"):
-            self._producer = KafkaProducer(
-                bootstrap_servers=servers,
-                client_id=f"{self._kafka.kafka_client_id}-executor-{self.node}",
-                acks="all",
-                linger_ms=0,
-            )
-        for target, name in ((self._consume, "orders"), (self._work, "apply"), (self._report, "state")):
+        loops = [(self._report, "state")]
+        if self._kafka is not None:
+            servers = bootstrap_servers(self._kafka)
+            ensure_control_topics(self._kafka, client_id=f"{self._kafka.kafka_client_id}-executor")
+            with broker_errors("connect state producer"):
+                self._producer = KafkaProducer(
+                    bootstrap_servers=servers,
+                    client_id=f"{self._kafka.kafka_client_id}-executor-{self.node}",
+                    acks="all",
+                    linger_ms=0,
+                )
+            loops += [(self._consume, "orders"), (self._work, "apply")]
+        if self.handoff is not None:
+            self.handoff.start()
+        for target, name in loops:
             thread = threading.Thread(target=target, name=f"prewarm-executor-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
         self._state_due.set()
-        log.info("executor daemon started", extra={"node": self.node})
+        log.info(
+            "executor daemon started",
+            extra={
+                "node": self.node,
+                "standalone": self._kafka is None,
+                "socket": str(self.handoff.path) if self.handoff else None,
+            },
+        )
         return self
 
     def stop(self) -> None:
         self._stop.set()
         self._state_due.set()
+        if self.handoff is not None:
+            self.handoff.stop()
         for thread in self._threads:
             thread.join(10)
         self._demand_lane.shutdown(wait=True)
@@ -142,6 +167,7 @@ class ExecutorDaemon:
     # ------------------------------------------------------------------ orders
 
     def _consume(self) -> None:
+        assert self._kafka is not None
         try:
             with broker_errors("follow orders"):
                 consumer = KafkaConsumer(
@@ -236,7 +262,8 @@ class ExecutorDaemon:
                 log.warning("publishing state failed", extra={"error": str(exc)})
 
     def publish_state(self) -> None:
-        assert self._producer is not None
+        if self._producer is None or self._kafka is None:
+            return  # standalone: the state is read from GET /v1/state
         state = self.executor.state()
         with broker_errors("publish state"):
             self._producer.send(
@@ -250,14 +277,20 @@ class ExecutorDaemon:
     def app(self) -> FastAPI:
         """The local load API; a load makes the next state report go out at once."""
         return create_app(
-            self.executor, node=self.node, healthy=lambda: self.error is None, loaded=self._state_due.set
+            self.executor,
+            node=self.node,
+            healthy=lambda: self.error is None,
+            loaded=self._state_due.set,
+            token=self.api_token,
         )
 
 
 def run_forever(daemon: ExecutorDaemon, host: str, port: int) -> None:
-    """Start the daemon, serve its API until interrupted, stop it."""
+    """Start the daemon, serve its API until interrupted, stop it. Refuses (``ConfigError``) to serve
+    on a non-loopback address without an API token."""
     import uvicorn
 
+    check_binding(host, daemon.api_token)
     daemon.start()
     try:
         uvicorn.run(daemon.app(), host=host, port=port, log_level="warning", access_log=False)

@@ -4,6 +4,11 @@ It owns the three local tiers (``_l0``, ``_l1``, ``_l2``, over ``_tier``) and is
 two parts: the hop paths that move a model between them (``_hops.Loader``) and order application
 (``_orders.OrderBook``). Every method is thread-safe.
 
+Leases: ``lease`` gives an engine process (through the hand-off socket, ``_handoff``) a model's L1
+block and pins it there until ``release``. A leased block is never chosen to make room (it is pinned),
+an order to evict or demote it is not carried out for that tier while the lease lasts, and a catalog
+change makes it unservable to new clients but leaves it to the engines that hold it.
+
 Staleness: L1 and L0 entries are keyed by ``(model, version, sha256)`` and looked up with the key of
 the catalog now in force, so after ``update_catalog`` an old copy is unreachable (and evicted as
 ``stale`` as soon as nothing pins it). L2 is addressed by sha256 alone: bytes with a digest are never
@@ -13,10 +18,13 @@ stale, only unused.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -26,7 +34,7 @@ import torch
 from executor import _metrics
 from executor._hops import Loader
 from executor._l0 import L0Cache, l0_capacity, resolve_device
-from executor._l1 import L1Cache
+from executor._l1 import HostBlock, L1Cache
 from executor._l2 import L2Cache, L2Object
 from executor._orders import OrderBook
 from executor._pipeline import RingFactory, StagingRing
@@ -40,6 +48,7 @@ from prewarm import (
     ConfigError,
     ExecutorSettings,
     ExecutorState,
+    IntegrityError,
     InvalidInput,
     Order,
     OrderOutcome,
@@ -50,10 +59,23 @@ from prewarm import (
     TierState,
     get_logger,
 )
+from prewarm_client import BlockLayout
 
-__all__ = ["Executor", "LoadResult"]
+__all__ = ["Executor", "HostLease", "LoadResult"]
 
 log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class HostLease:
+    """One engine's hold on a model's L1 block: the block, where its files lie, and how it was got."""
+
+    id: str
+    spec: ModelSpec
+    block: HostBlock
+    files: BlockLayout
+    served_from: Tier
+    wait_s: float
 
 
 class Executor:
@@ -126,6 +148,9 @@ class Executor:
             staging_ring=staging_ring or StagingRing,
         )
         self._orders = OrderBook(self, name=cfg.node_name, clock=clock)
+        self._leases: dict[str, HostLease] = {}
+        self._lease_ids = itertools.count(1)
+        self._lease_waits: dict[ModelKey, float] = {}  # the latest lease's wait, for the state report
 
     # ------------------------------------------------------------------ catalog
 
@@ -198,6 +223,69 @@ class Executor:
         finally:
             self.l0.cache.unpin(spec.key)
 
+    # ------------------------------------------------------------------ leases
+
+    def lease(
+        self, model_id: str, *, version: str | None = None, sha256: str | None = None, load: bool = True
+    ) -> HostLease | None:
+        """Pin ``model_id``'s L1 block for an engine until ``release``; load it to L1 first (as a demand
+        load) unless ``load`` is False, when None means it is not in L1.
+
+        ``version`` and ``sha256`` are the engine's fingerprint: when either differs from the catalog's
+        entry (the only copy the executor serves) nothing is served and ``IntegrityError`` says why.
+        """
+        started = time.perf_counter()
+        spec = self._spec(model_id)
+        wrong = [
+            f"{what} {asked!r} (the executor holds {held!r})"
+            for what, asked, held in (("version", version, spec.version), ("sha256", sha256, spec.sha256))
+            if asked is not None and asked != held
+        ]
+        if wrong:
+            raise IntegrityError(f"{model_id}: refused, fingerprint mismatch: asked for " + ", ".join(wrong))
+        served_from = Tier.L1
+        for _attempt in range(3):
+            if load:
+                served_from = self.ensure(model_id, Tier.L1, demand=True).served_from
+            block = self.l1.cache.pin(spec.key)
+            if block is not None:
+                break
+            if not load:
+                return None
+            # Evicted (or the catalog moved) between the load and the pin: load again.
+        else:
+            raise CapacityError(f"{model_id}: evicted from L1 three times before it could be leased")
+        self.l1.cache.lookup(spec.key, use=True)
+        assert block.layout is not None  # committed blocks have one
+        # A block filled from L2 knows its files; one copied down from L0 holds the weights alone, laid
+        # out as every load lays them (each file at the next aligned offset, in load order).
+        files = block.files or BlockLayout.pack([(f.path, f.size_bytes) for f in spec.weight_files()])
+        wait = time.perf_counter() - started
+        with self._lock:
+            lease = HostLease(f"{os.getpid()}-{next(self._lease_ids)}", spec, block, files, served_from, wait)
+            self._leases[lease.id] = lease
+            self._lease_waits[spec.key] = wait
+        return lease
+
+    def release(self, lease_id: str) -> bool:
+        """End a lease; False when there is no such lease (already released)."""
+        with self._lock:
+            lease = self._leases.pop(lease_id, None)
+        if lease is None:
+            return False
+        self.l1.cache.unpin(lease.spec.key)
+        return True
+
+    def leases(self) -> list[HostLease]:
+        with self._lock:
+            return list(self._leases.values())
+
+    def _leased_keys(self) -> dict[ModelKey, int]:
+        counts: dict[ModelKey, int] = {}
+        for lease in self.leases():
+            counts[lease.spec.key] = counts.get(lease.spec.key, 0) + 1
+        return counts
+
     # ------------------------------------------------------------------ evicting
 
     def evict(self, model_id: str, tier: Tier | str) -> list[Tier]:
@@ -222,7 +310,10 @@ class Executor:
             )
             return bool(keys)
         cache: TierCache[ModelKey, Any] = self.l0.cache if tier is Tier.L0 else self.l1.cache
-        return bool(cache.evict_where(lambda e: e.key[0] == model_id, "order"))
+        leased = self._leased_keys() if tier is Tier.L1 else {}
+        if any(key[0] == model_id for key in leased):
+            log.info("leased by an engine: stays in L1", extra={"model": model_id})
+        return bool(cache.evict_where(lambda e: e.key[0] == model_id and e.key not in leased, "order"))
 
     # ------------------------------------------------------------------ orders
 
@@ -252,6 +343,9 @@ class Executor:
 
     def _tier_state(self, tier: Tier, cache: TierCache[Any, Any], gpu: int | None) -> TierState:
         residents = []
+        leased = self._leased_keys() if tier is Tier.L1 else {}
+        with self._lock:
+            waits = dict(self._lease_waits)
         for entry in cache.snapshot():
             if not entry.ready:
                 continue
@@ -267,6 +361,8 @@ class Executor:
                     pins=entry.pins,
                     prefetched=entry.prefetched,
                     gpus=[gpu] if gpu is not None else [],
+                    leases=leased.get(entry.key, 0),
+                    lease_wait_s=waits.get(entry.key) if tier is Tier.L1 else None,
                 )
             )
         return TierState(tier=tier, capacity_bytes=cache.capacity, used_bytes=cache.used, resident=residents)

@@ -30,7 +30,7 @@ import torch
 
 from executor._checkpoints import fetch_checkpoint, l2_layout
 from executor._l0 import DeviceModel, L0Cache
-from executor._l1 import HostBlock, L1Cache
+from executor._l1 import HostBlock, L1Cache, block_files, copy_small_files
 from executor._l2 import L2Cache, L2Object, L2Reader, TempWrite
 from executor._pipeline import (
     DeviceCopier,
@@ -334,10 +334,16 @@ class Loader:
             raise IntegrityError(f"{spec.id}: L2 object vanished before it could be read")
         device_model: DeviceModel | None = None
         block: HostBlock | None = None
+        # The L1 block holds the weights and, after them, the small files an engine starts from.
+        small = [(rel, path, size) for rel, path, size in obj.files() if not rel.endswith(".safetensors")]
+        weights = [(m.name or m.path.name, offset, m.size) for offset, m in files]
+        plan = block_files(weights, [(rel, size) for rel, _path, size in small])
         try:
             if tier is not Tier.L0 or not self._direct_l0:
                 try:
-                    block = self.l1.reserve(key, layout.file_bytes, prefetched=not demand)
+                    block = self.l1.reserve(
+                        key, layout.file_bytes, prefetched=not demand, block_bytes=plan.size
+                    )
                 except CapacityError:
                     if tier is not Tier.L0:
                         raise
@@ -345,6 +351,12 @@ class Loader:
             if tier is Tier.L0:
                 device_model = self.l0.reserve(key, layout.file_bytes, prefetched=not demand)
             self._read_l2(files, block, device_model, hops, self._is_demand(key, demand))
+            if block is not None:
+                try:
+                    copy_small_files(block, plan, [(rel, path) for rel, path, _size in small])
+                except OSError as exc:
+                    raise IntegrityError(f"{spec.id}: L2 directory unreadable now: {exc}") from exc
+                block.files = plan
             self._commit(key, layout, block, device_model)
         except BaseException:
             self._abort(key, block, device_model)

@@ -254,6 +254,12 @@ class ResidentModel(_Wire):
     pins: int = Field(default=0, ge=0)
     prefetched: bool = Field(default=False, description="brought in speculatively and not used yet")
     gpus: list[int] = Field(default_factory=list, description="L0 only: the GPUs holding its shards")
+    leases: int = Field(
+        default=0, ge=0, description="engines holding it over the hand-off socket (among pins)"
+    )
+    lease_wait_s: float | None = Field(
+        default=None, ge=0, description="the latest lease's wait, from the engine's open to the reply"
+    )
 
 
 class TierState(_Wire):

@@ -146,6 +146,12 @@ class ExecutorSettings(_Section):
     )
     executor_api_host: str = "127.0.0.1"
     executor_api_port: int = Field(default=8081, ge=0, le=65535)
+    executor_api_token: Secret = Field(
+        default=SecretStr(""), description="bearer token for the load API's writes; required off localhost"
+    )
+    socket_dir: Path | None = Field(
+        default=None, description="hand-off socket directory (0700); unset = no socket, or --socket-dir"
+    )
 
 
 class IngestSettings(_Section):

@@ -13,6 +13,7 @@ from prewarm_cli import (
     _executor,
     _executor_run,  # noqa: F401  (registers `prewarm executor run`)
     _forecast,
+    _handoff_bench,  # noqa: F401  (registers `prewarm bench handoff`)
     _ingest,
     _models,
     _produce,

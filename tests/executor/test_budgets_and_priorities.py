@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from executor import FileStore
-from executor._l1 import RangeAllocator
 from executor._priority import LinkGate
 from executor._stores import OnPiece
 from executor._tier import Entry
@@ -38,26 +36,6 @@ def test_tier_entries_give_up_room_by_the_shared_lru_rule() -> None:
     assert lru_victims(entries, need=5, free=0) == ["old"]
     assert lru_victims(entries, need=5, free=5) == []
     assert lru_victims(entries, need=25, free=0) is None
-
-
-@given(st.lists(st.tuples(st.booleans(), st.integers(1, 50_000)), max_size=60))
-def test_range_allocator_never_hands_out_overlapping_ranges(ops: list[tuple[bool, int]]) -> None:
-    allocator = RangeAllocator(256 * 1024, align=4096)
-    live: dict[int, int] = {}
-    for alloc, size in ops:
-        if alloc or not live:
-            start = allocator.alloc(size)
-            if start is not None:
-                live[start] = size
-        else:
-            start = next(iter(live))
-            allocator.free(start, live.pop(start))
-        spans = sorted((s, s + -(-n // 4096) * 4096) for s, n in live.items())
-        assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
-        assert all(s % 4096 == 0 and e <= allocator.capacity for s, e in spans)
-    for start, size in list(live.items()):
-        allocator.free(start, size)
-    assert allocator.free_bytes == allocator.capacity
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,9 @@ def test_the_tree_keeps_every_import_rule_of_the_design() -> None:
         ("executor/_leak.py", "import pandas\n", "the executor never imports the control plane"),
         ("models/_leak.py", "import ingest\n", "layers point one way"),
         ("sim/_leak.py", "from forecaster import _select\n", "nobody imports a module that another"),
+        ("prewarm_client/_leak.py", "import prewarm\n", "the engine-side client imports nothing of ours"),
+        ("prewarm_client/_leak.py", "import pydantic\n", "the engine-side client imports nothing of ours"),
+        ("scheduler/_leak.py", "import prewarm_client\n", "the client's protocol is for the node side"),
     ],
 )
 def test_an_import_against_the_design_fails_the_check_and_names_the_rule(

@@ -16,6 +16,8 @@ PINNED = {
         "Executor",
         "ExecutorDaemon",
         "FileStore",
+        "HandoffServer",
+        "HostLease",
         "Layout",
         "LoadResult",
         "ObjectStore",
@@ -28,6 +30,7 @@ PINNED = {
         "parse_header",
         "register_store",
         "run_forever",
+        "run_handoff_benchmark",
         "run_load_benchmark",
         "tensor_views",
     ],
@@ -211,6 +214,25 @@ PINNED = {
         "plan_detailed",
     ],
     "prewarm_cli": ["app", "main"],
+    "prewarm_client": [
+        "ENV_SOCKET_DIR",
+        "PROTOCOL_VERSION",
+        "SOCKET_NAME",
+        "BlockLayout",
+        "ExecutorUnavailable",
+        "FileSlice",
+        "HandoffError",
+        "OpenRequest",
+        "ProtocolError",
+        "Refused",
+        "Weights",
+        "checkpoint_files",
+        "default_socket_dir",
+        "iter_weights",
+        "open_weights",
+        "recv_message",
+        "send_message",
+    ],
     "sim": [
         "DEFAULT_SIZES",
         "POLICIES",
@@ -236,7 +258,18 @@ def test_public_api_is_pinned(package: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "package", ["prewarm", "models", "ingest", "forecaster", "scheduler", "executor", "sim", "prewarm_cli"]
+    "package",
+    [
+        "prewarm",
+        "models",
+        "ingest",
+        "forecaster",
+        "scheduler",
+        "executor",
+        "sim",
+        "prewarm_cli",
+        "prewarm_client",
+    ],
 )
 def test_every_public_name_exists(package: str) -> None:
     module = importlib.import_module(package)
@@ -255,6 +288,23 @@ LIGHT = {
     "executor": (
         "import executor, executor._executor, prewarm_cli._executor",
         {"pandas", "statsmodels", "mlflow", "sqlalchemy", "sklearn", "boto3"},
+    ),
+    # An engine process needs the client only: nothing of ours, no service library, not even the spine's
+    # pydantic and yaml (and the vLLM plugin module imports vLLM only when vLLM calls it).
+    "prewarm_client": (
+        "import prewarm_client, prewarm_client.vllm",
+        {
+            "prewarm",
+            "models",
+            "executor",
+            "pydantic",
+            "yaml",
+            "fastapi",
+            "kafka",
+            "boto3",
+            "vllm",
+            "transformers",
+        },
     ),
     # The planner alone loads no web or broker library.
     "scheduler": ("import scheduler", {"fastapi", "apscheduler", "kafka"}),
