@@ -9,23 +9,50 @@ does not fit); ``Policy`` is the one interface a compared policy implements.
 
 from __future__ import annotations
 
-from sim._policies import POLICIES, Policy, PrewarmPolicy, ReactivePolicy
+from sim._policies import (
+    DEFAULT_POLICIES,
+    KeepAlivePolicy,
+    NodeShape,
+    Policy,
+    PolicyContext,
+    PolicyFactory,
+    PolicyInputs,
+    ReactivePolicy,
+    Requests,
+    knob_float,
+    make_policy,
+    order_for,
+    policy_kinds,
+    register_policy,
+)
+from sim._prewarm import PrewarmPolicy
 from sim._run import SimReport, compare, run_policies, simulate
 from sim._scenario import DEFAULT_SIZES, default_cluster, virtual_catalog
 from sim._world import Served, SimNode, World
 
 __all__ = [
+    "DEFAULT_POLICIES",
     "DEFAULT_SIZES",
-    "POLICIES",
+    "KeepAlivePolicy",
+    "NodeShape",
     "Policy",
+    "PolicyContext",
+    "PolicyFactory",
+    "PolicyInputs",
     "PrewarmPolicy",
     "ReactivePolicy",
+    "Requests",
     "Served",
     "SimNode",
     "SimReport",
     "World",
     "compare",
     "default_cluster",
+    "knob_float",
+    "make_policy",
+    "order_for",
+    "policy_kinds",
+    "register_policy",
     "run_policies",
     "simulate",
     "virtual_catalog",
