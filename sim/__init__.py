@@ -34,7 +34,7 @@ from sim._policies import (
     register_policy,
 )
 from sim._prewarm import PrewarmPolicy
-from sim._run import WARMUP_S, available, compare, make_world, run_policies, simulate
+from sim._run import WARMUP_S, Progress, available, compare, make_world, run_policies, simulate
 from sim._scenario import DEFAULT_SIZES, default_cluster, virtual_catalog
 from sim._unlimited import UnlimitedWorld
 from sim._world import World
@@ -52,6 +52,7 @@ __all__ = [
     "PolicyFactory",
     "PolicyInputs",
     "PrewarmPolicy",
+    "Progress",
     "ReactivePolicy",
     "Requests",
     "SimMetrics",
