@@ -23,10 +23,11 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import BaseModel
 
 from models import Catalog, ModelSpec
 from prewarm import ExecutorState, Hint, InvalidInput, Order, OrderAction, OrderReason, Tier
@@ -144,21 +145,43 @@ def order_for(
 ) -> Order:
     """An order for ``spec`` on ``node`` due at ``at`` (deadline ``at + ttl_s``), with an id no other
     order of this process has."""
-    return Order(
-        id=f"sim-{next(_ids)}",
-        node=node,
-        model=spec.id,
-        version=spec.version,
-        sha256=spec.sha256,
-        action=action,
-        tier=tier,
-        reason=reason,
-        not_before=at,
-        deadline=at + ttl_s,
-        created_at=at,
-        demand=demand,
-        gpus=list(gpus),
+    return _unvalidated(
+        Order,
+        {
+            "v": 1,
+            "id": f"sim-{next(_ids)}",
+            "node": node,
+            "model": spec.id,
+            "version": spec.version,
+            "sha256": spec.sha256,
+            "action": action,
+            "tier": tier,
+            "reason": reason,
+            "not_before": at,
+            "deadline": at + ttl_s,
+            "created_at": at,
+            "demand": demand,
+            "gpus": list(gpus),
+            "note": "",
+        },
     )
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _unvalidated(cls: type[_M], fields: dict[str, Any]) -> _M:
+    """A pydantic model from fields already known to be valid, every one of them given.
+
+    A keep-alive makes an order per request: validating it (or ``model_construct``, which resolves
+    defaults and aliases field by field) costs several times the rest of the request.
+    """
+    model = cls.__new__(cls)
+    object.__setattr__(model, "__dict__", fields)
+    object.__setattr__(model, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(model, "__pydantic_extra__", None)
+    object.__setattr__(model, "__pydantic_private__", None)
+    return model
 
 
 class ReactivePolicy(Policy):

@@ -24,12 +24,11 @@ from prewarm import (
     Tier,
     TierState,
     admit,
-    effect,
 )
 from sim._links import Clock
 from sim._metrics import MISPREDICTION_WINDOW_S, Record
 from sim._policies import UNLIMITED_NODE, NodeShape
-from sim._world import LazyReports
+from sim._world import LazyReports, cached_effect
 
 __all__ = ["UNLIMITED_BYTES", "UnlimitedWorld"]
 
@@ -108,7 +107,7 @@ class UnlimitedWorld:
         if refused is not None:
             return refused.status
         model = order.model
-        change = effect(order.action, order.tier, (Tier.L0,) if model in self._resident else ())
+        change = cached_effect(order.action, order.tier, (Tier.L0,) if model in self._resident else ())
         if Tier.L0 in change.drops:
             self._unload(model, now)
         if Tier.L0 in change.fills:

@@ -19,6 +19,7 @@ Demotions write down to the farther tier at once (device-to-host copies do not u
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -26,6 +27,8 @@ from models import Catalog
 from prewarm import (
     CACHE_TIERS,
     HOP_INTO,
+    Effect,
+    Evictable,
     ExecutorState,
     GpuState,
     Holding,
@@ -47,7 +50,14 @@ from sim._links import Clock, Link
 from sim._metrics import MISPREDICTION_WINDOW_S, Record
 from sim._policies import NodeShape
 
-__all__ = ["HOP_OVERHEAD_S", "LazyReports", "World"]
+__all__ = ["HOP_OVERHEAD_S", "LazyReports", "World", "cached_effect"]
+
+
+@functools.cache
+def cached_effect(action: OrderAction, tier: Tier, held: tuple[Tier, ...]) -> Effect:
+    """``prewarm.effect``, remembered: it is pure, and a world asks it once per order."""
+    return effect(action, tier, held)
+
 
 HOP_OVERHEAD_S = 0.5
 """Fixed cost of each hop (allocation, open, engine hand-over), as the planner assumes by default."""
@@ -57,6 +67,9 @@ _INF = float("inf")
 
 @dataclass(eq=False)
 class _Copy:
+    """One model's bytes in one tier of one node; ``prewarm.Evictable`` for the LRU rule as it is."""
+
+    key: str  # the model
     tier: Tier
     bytes: int
     loaded_at: float  # when its bytes began to arrive: they are held from then
@@ -69,6 +82,18 @@ class _Copy:
     pins: int = 0  # hops reading from it
     job: _Job | None = None  # bringing it in, while in flight
     followers: list[_Job] = field(default_factory=list)  # jobs waiting for it to land
+
+    @property
+    def nbytes(self) -> int:
+        return self.bytes
+
+    @property
+    def recency(self) -> float:
+        return self.last_used if self.last_used is not None else self.loaded_at
+
+    @property
+    def ready(self) -> bool:
+        return self.ready_at != _INF
 
 
 @dataclass(eq=False)
@@ -405,9 +430,14 @@ class World:
                     break
 
     def _retry(self, node: _Node) -> None:
+        """Loads waiting for room try again, first come first served: once one still finds no room in
+        a tier, the later ones for that tier wait too (as behind it in the executor's queue)."""
+        full: set[Tier] = set()
         for job in list(node.blocked):
-            if job.blocked:
+            if job.blocked and job.hops and job.hops[0] not in full:
                 self._start(job)
+                if job.blocked:
+                    full.add(job.hops[0])
 
     # ------------------------------------------------------------------ bytes in tiers
 
@@ -422,7 +452,7 @@ class World:
             gpus, victims = found
         else:
             free = node.capacity[tier] - node.used[tier]
-            chosen = [] if job.size <= free else lru_victims(self._holdings(node, tier), job.size, free)
+            chosen = [] if job.size <= free else lru_victims(node.copies[tier].values(), job.size, free)
             if chosen is None:
                 return None
             gpus, victims = (), chosen
@@ -432,13 +462,6 @@ class World:
         if job.order is not None and self.record.counts(self.clock.now):
             self.record.over_commit_bytes += displaced
         return gpus
-
-    def _holdings(self, node: _Node, tier: Tier) -> list[Holding[str]]:
-        now = self.clock.now
-        return [
-            Holding(m, c.bytes, c.last_used or c.loaded_at, pins=c.pins, ready=c.ready_at <= now)
-            for m, c in node.copies[tier].items()
-        ]
 
     def _gpu_room(self, node: _Node, job: _Job) -> tuple[tuple[int, ...], list[str]] | None:
         """The GPUs an L0 copy takes and the LRU victims that make room there.
@@ -459,13 +482,13 @@ class World:
         placed = gpu_placement(job.size, node.gpu_caps, free)
         if placed is not None:
             return placed, []
-        now = self.clock.now
         options: dict[int, tuple[float, list[str]]] = {}
         for g, cap in enumerate(node.gpu_caps):
             if cap < shard:
                 continue
-            here = [
-                Holding(m, -(-c.bytes // len(c.gpus)), c.last_used or c.loaded_at, c.pins, c.ready_at <= now)
+            # A copy sharded over several GPUs frees one shard on each.
+            here: list[Evictable[str]] = [
+                c if len(c.gpus) == 1 else Holding(m, -(-c.bytes // len(c.gpus)), c.recency, c.pins, c.ready)
                 for m, c in node.copies[Tier.L0].items()
                 if g in c.gpus
             ]
@@ -482,6 +505,7 @@ class World:
         now = self.clock.now
         speculative = not job.demand and tier is not Tier.L2  # the executor reports host and GPU copies
         copy = _Copy(
+            key=job.model,
             tier=tier,
             bytes=job.size,
             loaded_at=now,
@@ -532,7 +556,7 @@ class World:
         # Still unused if the copy it came from was; a disk copy never is. The bet stays on the copy
         # it was made for, and is settled when that one leaves.
         unused = not order.demand and to is not Tier.L2 and source.prefetched
-        copy = _Copy(to, source.bytes, now, now, source.last_used, unused)
+        copy = _Copy(model, to, source.bytes, now, now, source.last_used, unused)
         node.copies[to][model] = copy
         node.used[to] += copy.bytes
         return True
@@ -560,8 +584,8 @@ class World:
 
     def _carry_out(self, node: _Node, order: Order) -> OrderStatus:
         model = order.model
-        held = [t for t in CACHE_TIERS if model in node.copies[t]]
-        change = effect(order.action, order.tier, held)
+        held = tuple(t for t in CACHE_TIERS if model in node.copies[t])
+        change = cached_effect(order.action, order.tier, held)
         now = self.clock.now
         if any(node.copies[t][model].ready_at > now for t in change.drops):
             return OrderStatus.FAILED  # a copy still loading is not dropped: its load finishes first
