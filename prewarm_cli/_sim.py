@@ -198,3 +198,72 @@ def bench_sim(
         "reports": {name: r.to_json() for name, r in reports.items()},
     }
     write_json(result, out)
+
+
+def speed_trace(requests: int, models: int, hours: float, *, seed: int = 0, start: float) -> Any:
+    """``requests`` requests of ``models`` models in the ``hours`` from ``start`` (and a day before it, at
+    the same rate), popularity log-normal over about four orders of magnitude, with a daily cycle."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    span = (hours + 24) * 3600
+    weights = np.exp(rng.normal(0.0, 2.5, size=models))
+    drawn = int(requests * span / (hours * 3600) * 1.6)
+    picks = rng.choice(models, size=drawn, p=weights / weights.sum())
+    offsets = rng.uniform(0, span, size=drawn)
+    keep = rng.uniform(size=drawn) < (1 + 0.6 * np.sin(2 * np.pi * offsets / 86400)) / 1.6
+    order = np.argsort(offsets[keep])
+    ids = np.array([f"model-{i:03d}" for i in range(models)])
+    return pd.DataFrame({"timestamp": start - 86400 + offsets[keep][order], "model": ids[picks[keep][order]]})
+
+
+@bench_app.command("sim-speed")
+def bench_sim_speed(
+    requests: int = typer.Option(260_000, "--requests", min=1, help="Requests in the simulated window."),
+    models: int = typer.Option(60, "--models", min=1, help="Models of the trace."),
+    hours: float = typer.Option(48.0, "--hours", min=0.1, help="Hours simulated."),
+    nodes: int = typer.Option(2, "--nodes", min=1, help="Nodes of the default cluster."),
+    policies: list[str] | None = typer.Option(None, "--policy", help="Policies (default: the baselines)."),
+    out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here (default stdout)."),
+) -> None:
+    """Simulated requests per second of the baselines, on the cluster and under --unlimited."""
+    import time
+
+    from sim import default_cluster, run_policies, virtual_catalog
+
+    start = 1_704_412_800.0
+    events = speed_trace(requests, models, hours, start=start)
+    catalog = virtual_catalog(sorted(events["model"].unique()))
+    window = events[(events.timestamp >= start) & (events.timestamp < start + hours * 3600)]
+    rows: list[dict[str, Any]] = []
+    for unlimited in (True, False):
+        for label in policies or ["reactive", "keepalive:600", "oracle"]:
+            began = time.perf_counter()
+            result = run_policies(
+                events,
+                catalog,
+                default_cluster(nodes),
+                [label],
+                start=start,
+                end=start + hours * 3600,
+                unlimited=unlimited,
+            )[label]
+            seconds = time.perf_counter() - began
+            rows.append(
+                {
+                    "policy": label,
+                    "world": "unlimited" if unlimited else f"{nodes} nodes",
+                    "requests": result.requests,
+                    "seconds": round(seconds, 2),
+                    "requests_per_s": round(len(window) / seconds),
+                    "cold_start_rate": round(result.cold_start_rate, 3),
+                    "stable": result.stable,
+                }
+            )
+            typer.echo(
+                f"{label:<14} {rows[-1]['world']:<10} {result.requests:>8} requests in {seconds:6.2f} s: "
+                f"{rows[-1]['requests_per_s']:>8} /s (cold {result.cold_start_rate:.1%})",
+                err=True,
+            )
+    write_json({"rows": rows}, out)

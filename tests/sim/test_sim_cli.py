@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -36,11 +37,11 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _sim_run(trace: Path, out: Path, *extra: str) -> dict[str, dict[str, object]]:
+def _sim_run(trace: Path, out: Path, *extra: str) -> dict[str, dict[str, Any]]:
     args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "2", *extra]
     result = CliRunner().invoke(app, [*args, "--json", str(out)])
     assert result.exit_code == 0, result.output
-    data: dict[str, dict[str, object]] = json.loads(out.read_text())
+    data: dict[str, dict[str, Any]] = json.loads(out.read_text())
     return data
 
 
@@ -50,7 +51,7 @@ def test_sim_run_writes_one_document_keyed_by_each_policy_label_as_given(trace: 
     assert list(data) == labels
     for label, metrics in data.items():
         assert set(metrics) >= CONTRACT, label
-        assert set(metrics["idle_gb_minutes"]) == {"L0", "L1", "L2"}  # type: ignore[arg-type]
+        assert set(metrics["idle_gb_minutes"]) == {"L0", "L1", "L2"}
         assert isinstance(metrics["stable"], bool)
     requests = {m["requests"] for m in data.values()}
     assert len(requests) == 1
@@ -72,7 +73,7 @@ def test_sim_run_unlimited_reports_gpu_memory_only_and_needs_no_cluster(trace: P
         "oracle",
     )
     assert list(data) == ["keepalive:600", "oracle"]
-    assert set(data["oracle"]["idle_gb_minutes"]) == {"L0"}  # type: ignore[arg-type]
+    assert set(data["oracle"]["idle_gb_minutes"]) == {"L0"}
     assert data["oracle"]["cold_starts"] == 0
 
 
