@@ -145,7 +145,7 @@ def order_for(
 ) -> Order:
     """An order for ``spec`` on ``node`` due at ``at`` (deadline ``at + ttl_s``), with an id no other
     order of this process has."""
-    return _unvalidated(
+    return unvalidated(
         Order,
         {
             "v": 1,
@@ -170,12 +170,19 @@ def order_for(
 _M = TypeVar("_M", bound=BaseModel)
 
 
-def _unvalidated(cls: type[_M], fields: dict[str, Any]) -> _M:
+def build(cls: type[_M], **fields: Any) -> _M:
+    """``unvalidated(cls, fields)`` with the fields as keywords."""
+    return unvalidated(cls, fields)
+
+
+def unvalidated(cls: type[_M], fields: dict[str, Any]) -> _M:
     """A pydantic model from fields already known to be valid, every one of them given.
 
-    A keep-alive makes an order per request: validating it (or ``model_construct``, which resolves
-    defaults and aliases field by field) costs several times the rest of the request.
+    A keep-alive makes an order per request and a planner reads reports every tick: validating them
+    (or ``model_construct``, which resolves defaults field by field) costs more than the simulation.
     """
+    if len(fields) != len(cls.model_fields):
+        raise TypeError(f"{cls.__name__} needs every field: {sorted(set(cls.model_fields) - set(fields))}")
     model = cls.__new__(cls)
     object.__setattr__(model, "__dict__", fields)
     object.__setattr__(model, "__pydantic_fields_set__", set(fields))

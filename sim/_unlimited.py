@@ -27,7 +27,7 @@ from prewarm import (
 )
 from sim._links import Clock
 from sim._metrics import MISPREDICTION_WINDOW_S, Record
-from sim._policies import UNLIMITED_NODE, NodeShape
+from sim._policies import UNLIMITED_NODE, NodeShape, build
 from sim._world import LazyReports, cached_effect
 
 __all__ = ["UNLIMITED_BYTES", "UnlimitedWorld"]
@@ -130,7 +130,8 @@ class UnlimitedWorld:
 
     def _report(self, now: float) -> ExecutorState:
         residents = [
-            ResidentModel.model_construct(
+            build(
+                ResidentModel,
                 model=m,
                 version=self.catalog[m].version,
                 sha256=self.catalog[m].sha256,
@@ -145,7 +146,8 @@ class UnlimitedWorld:
         ]
         used = sum(self._size[m] for m in self._resident)
         tiers = [
-            TierState.model_construct(
+            build(
+                TierState,
                 tier=t,
                 capacity_bytes=UNLIMITED_BYTES,
                 used_bytes=used if t is Tier.L0 else 0,
@@ -153,12 +155,14 @@ class UnlimitedWorld:
             )
             for t in CACHE_TIERS
         ]
-        state = ExecutorState.model_construct(
+        state = build(
+            ExecutorState,
+            v=1,
             node=UNLIMITED_NODE,
             at=now,
             device="sim",
             tiers=tiers,
-            gpus=[GpuState.model_construct(index=0, capacity_bytes=UNLIMITED_BYTES, used_bytes=used)],
+            gpus=[build(GpuState, index=0, capacity_bytes=UNLIMITED_BYTES, used_bytes=used)],
             bandwidth_bytes_per_s=dict(self.bandwidth),
             recent_outcomes=[],
         )

@@ -48,7 +48,7 @@ from prewarm import (
 from scheduler import Cluster
 from sim._links import Clock, Link
 from sim._metrics import MISPREDICTION_WINDOW_S, Record
-from sim._policies import NodeShape
+from sim._policies import NodeShape, build
 
 __all__ = ["HOP_OVERHEAD_S", "LazyReports", "World", "cached_effect"]
 
@@ -147,7 +147,8 @@ class _Node:
     def report(self, now: float, catalog: Catalog) -> ExecutorState:
         def resident(model: str, c: _Copy) -> ResidentModel:
             spec = catalog.get(model)
-            return ResidentModel.model_construct(
+            return build(
+                ResidentModel,
                 model=model,
                 version=spec.version if spec else "1",
                 sha256=spec.sha256 if spec else None,
@@ -160,7 +161,8 @@ class _Node:
             )
 
         tiers = [
-            TierState.model_construct(
+            build(
+                TierState,
                 tier=t,
                 capacity_bytes=self.capacity[t],
                 used_bytes=self.used[t],
@@ -169,10 +171,12 @@ class _Node:
             for t in CACHE_TIERS
         ]
         gpus = [
-            GpuState.model_construct(index=i, capacity_bytes=cap, used_bytes=used)
+            build(GpuState, index=i, capacity_bytes=cap, used_bytes=used)
             for i, (cap, used) in enumerate(zip(self.gpu_caps, self.gpu_used, strict=True))
         ]
-        return ExecutorState.model_construct(
+        return build(
+            ExecutorState,
+            v=1,
             node=self.name,
             at=now,
             device="sim",
