@@ -27,8 +27,8 @@ from prewarm import (
 )
 from sim._links import Clock
 from sim._metrics import MISPREDICTION_WINDOW_S, Record
+from sim._node import LazyReports, cached_effect
 from sim._policies import UNLIMITED_NODE, NodeShape, build
-from sim._world import LazyReports, cached_effect
 
 __all__ = ["UNLIMITED_BYTES", "UnlimitedWorld"]
 

@@ -19,194 +19,32 @@ Demotions write down to the farther tier at once (device-to-host copies do not u
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
 from models import Catalog
 from prewarm import (
     CACHE_TIERS,
     HOP_INTO,
-    Effect,
     Evictable,
     ExecutorState,
-    GpuState,
     Holding,
     Order,
     OrderAction,
     OrderStatus,
-    ResidentModel,
     Tier,
-    TierState,
     admit,
-    effect,
     gpu_placement,
     gpu_shards,
     load_path,
     lru_victims,
 )
 from scheduler import Cluster
-from sim._links import Clock, Link
+from sim._links import Clock
 from sim._metrics import MISPREDICTION_WINDOW_S, Record
-from sim._policies import NodeShape, build
+from sim._node import HOP_OVERHEAD_S, INF, Copy, Job, LazyReports, Node, cached_effect
+from sim._policies import NodeShape
 
-__all__ = ["HOP_OVERHEAD_S", "LazyReports", "World", "cached_effect"]
-
-
-@functools.cache
-def cached_effect(action: OrderAction, tier: Tier, held: tuple[Tier, ...]) -> Effect:
-    """``prewarm.effect``, remembered: it is pure, and a world asks it once per order."""
-    return effect(action, tier, held)
-
-
-HOP_OVERHEAD_S = 0.5
-"""Fixed cost of each hop (allocation, open, engine hand-over), as the planner assumes by default."""
-
-_INF = float("inf")
-
-
-@dataclass(eq=False)
-class _Copy:
-    """One model's bytes in one tier of one node; ``prewarm.Evictable`` for the LRU rule as it is."""
-
-    key: str  # the model
-    tier: Tier
-    bytes: int
-    loaded_at: float  # when its bytes began to arrive: they are held from then
-    ready_at: float = _INF  # infinite while in flight
-    last_used: float | None = None
-    prefetched: bool = False  # brought in speculatively and not used since
-    bet: bool = False  # the copy a prefetch was for: leaving while still unused, it was mispredicted
-    counted: bool = False  # that prefetch was made in the window
-    gpus: tuple[int, ...] = ()
-    pins: int = 0  # hops reading from it
-    job: _Job | None = None  # bringing it in, while in flight
-    followers: list[_Job] = field(default_factory=list)  # jobs waiting for it to land
-
-    @property
-    def nbytes(self) -> int:
-        return self.bytes
-
-    @property
-    def recency(self) -> float:
-        return self.last_used if self.last_used is not None else self.loaded_at
-
-    @property
-    def ready(self) -> bool:
-        return self.ready_at != _INF
-
-
-@dataclass(eq=False)
-class _Job:
-    """One load of ``model`` on ``node`` to ``target``, hop by hop."""
-
-    node: _Node
-    model: str
-    size: int
-    target: Tier
-    hops: list[Tier]  # still to fill, farthest first
-    demand: bool
-    order: Order | None  # the order it carries out (None: a load on request)
-    source: Tier
-    gpus: tuple[int, ...] = ()  # GPUs the order asked for
-    waiters: list[tuple[int, float]] = field(default_factory=list)  # (record row or -1, arrival)
-    left: float = 0.0  # bytes of the current hop still to move (the link's Transfer protocol)
-    copy: _Copy | None = None  # being filled by the current hop
-    reading: _Copy | None = None  # the copy the current hop reads from
-    hop_began: float = 0.0
-    link: Link | None = None  # the current hop's bytes are on it
-    waiting_on: _Copy | None = None  # a copy in flight it loads from once it lands
-    blocked: bool = False
-    done: bool = False
-
-    def landed(self) -> None:
-        self.node.world.hop_landed(self)
-
-
-class _Node:
-    def __init__(self, world: World, shape: NodeShape, rates: Mapping[str, float]) -> None:
-        self.world = world
-        self.name = shape.name
-        self.shape = shape
-        self.gpu_caps = list(shape.gpu_bytes)
-        self.gpu_used = [0] * len(self.gpu_caps)
-        self.capacity = {Tier.L0: sum(self.gpu_caps), Tier.L1: shape.host_bytes, Tier.L2: shape.disk_bytes}
-        self.used = dict.fromkeys(CACHE_TIERS, 0)
-        self.copies: dict[Tier, dict[str, _Copy]] = {t: {} for t in CACHE_TIERS}
-        self.links = {hop: Link(world.clock, hop, rate) for hop, rate in rates.items()}
-        self.jobs: dict[str, list[_Job]] = {}
-        self.blocked: list[_Job] = []
-
-    def closest(self, model: str) -> _Copy | None:
-        for tier in CACHE_TIERS:
-            copy = self.copies[tier].get(model)
-            if copy is not None:
-                return copy
-        return None
-
-    def report(self, now: float, catalog: Catalog) -> ExecutorState:
-        def resident(model: str, c: _Copy) -> ResidentModel:
-            spec = catalog.get(model)
-            return build(
-                ResidentModel,
-                model=model,
-                version=spec.version if spec else "1",
-                sha256=spec.sha256 if spec else None,
-                bytes=c.bytes,
-                last_used=c.last_used,
-                loaded_at=c.loaded_at,
-                pins=c.pins,
-                prefetched=c.prefetched,
-                gpus=list(c.gpus),
-            )
-
-        tiers = [
-            build(
-                TierState,
-                tier=t,
-                capacity_bytes=self.capacity[t],
-                used_bytes=self.used[t],
-                resident=[resident(m, c) for m, c in sorted(self.copies[t].items())],
-            )
-            for t in CACHE_TIERS
-        ]
-        gpus = [
-            build(GpuState, index=i, capacity_bytes=cap, used_bytes=used)
-            for i, (cap, used) in enumerate(zip(self.gpu_caps, self.gpu_used, strict=True))
-        ]
-        return build(
-            ExecutorState,
-            v=1,
-            node=self.name,
-            at=now,
-            device="sim",
-            tiers=tiers,
-            gpus=gpus,
-            bandwidth_bytes_per_s={hop: link.rate for hop, link in self.links.items()},
-            recent_outcomes=[],
-        )
-
-
-class LazyReports(Mapping[str, ExecutorState]):
-    """The nodes' reports, each built when first read: most policies never read them."""
-
-    def __init__(self, names: Iterable[str], build: Callable[[str], ExecutorState]) -> None:
-        self._names = tuple(names)
-        self._build = build
-        self._built: dict[str, ExecutorState] = {}
-
-    def __getitem__(self, name: str) -> ExecutorState:
-        if name not in self._built:
-            if name not in self._names:
-                raise KeyError(name)
-            self._built[name] = self._build(name)
-        return self._built[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
+__all__ = ["World"]
 
 
 class World:
@@ -219,13 +57,13 @@ class World:
         cluster: Cluster,
         catalog: Catalog,
         *,
-        start: float = -_INF,
-        end: float = _INF,
+        start: float = -INF,
+        end: float = INF,
         clock: Clock | None = None,
         hop_overhead_s: float = HOP_OVERHEAD_S,
     ) -> None:
         self.catalog = catalog
-        self.clock = clock or Clock(start if start > -_INF else 0.0)
+        self.clock = clock or Clock(start if start > -INF else 0.0)
         self.record = Record(start, end)
         self.hop_overhead_s = hop_overhead_s
         self.bandwidth = cluster.bandwidth.hops()
@@ -235,12 +73,12 @@ class World:
             )
             for n in cluster.nodes
         }
-        self.nodes = {name: _Node(self, shape, self.bandwidth) for name, shape in self.shapes.items()}
+        self.nodes = {name: Node(self, shape, self.bandwidth) for name, shape in self.shapes.items()}
         for node in self.nodes.values():
             for hop, link in node.links.items():
                 self.record.link_rate[f"{node.name} {hop}"] = link.rate
-        self._l0: dict[str, dict[str, _Copy]] = {}  # model -> node -> its L0 copy (ready or loading)
-        self._inbound: dict[str, _Job] = {}  # model -> a job bringing it to L0 somewhere
+        self._l0: dict[str, dict[str, Copy]] = {}  # model -> node -> its L0 copy (ready or loading)
+        self._inbound: dict[str, Job] = {}  # model -> a job bringing it to L0 somewhere
         self._applied: set[str] = set()
         self.waiting = 0  # requests in the window still waiting for their load
 
@@ -280,10 +118,10 @@ class World:
         self._make_demand(job)
         return job.node.name
 
-    def _route(self, model: str, at: float) -> _Job:
+    def _route(self, model: str, at: float) -> Job:
         size = self.catalog[model].size_bytes
 
-        def rank(node: _Node) -> tuple[int, int, int]:
+        def rank(node: Node) -> tuple[int, int, int]:
             copy = node.closest(model)
             if copy is None:
                 return (Tier.L3.level, 0, -sum(node.gpu_caps) + sum(node.gpu_used))
@@ -295,14 +133,14 @@ class World:
         self._start(job)
         return job
 
-    def _touch(self, node: _Node, model: str, at: float) -> None:
+    def _touch(self, node: Node, model: str, at: float) -> None:
         for tier in CACHE_TIERS:
             copy = node.copies[tier].get(model)
             if copy is not None:
                 copy.last_used = at
                 copy.prefetched = False
 
-    def _make_demand(self, job: _Job | None) -> None:
+    def _make_demand(self, job: Job | None) -> None:
         """A request waits on ``job``: it, and the loads it waits for, pre-empt speculative transfers."""
         while job is not None and not job.demand:
             if job.link is not None:
@@ -315,11 +153,11 @@ class World:
 
     # ------------------------------------------------------------------ jobs
 
-    def _job(self, node: _Node, model: str, target: Tier, *, demand: bool, order: Order | None) -> _Job:
+    def _job(self, node: Node, model: str, target: Tier, *, demand: bool, order: Order | None) -> Job:
         size = self.catalog[model].size_bytes
         source = node.closest(model)
         frm = source.tier if source is not None else Tier.L3
-        job = _Job(
+        job = Job(
             node=node,
             model=model,
             size=size,
@@ -340,7 +178,7 @@ class World:
             self._inbound.setdefault(model, job)
         return job
 
-    def _start(self, job: _Job) -> None:
+    def _start(self, job: Job) -> None:
         """Start the job's next hop, once the copy it reads from has landed and its tier has room."""
         node, now = job.node, self.clock.now
         source = node.closest(job.model)
@@ -348,13 +186,13 @@ class World:
             # Another load brought a closer copy meanwhile: go on from there.
             job.hops = list(load_path(source.tier, job.target))
         if not job.hops:
-            if source is not None and source.ready_at == _INF:
+            if source is not None and source.ready_at == INF:
                 job.waiting_on = source  # the copy it needs is someone else's load in flight
                 source.followers.append(job)
             else:
                 self._finish(job)
             return
-        if source is not None and source.ready_at == _INF:
+        if source is not None and source.ready_at == INF:
             job.waiting_on = source  # still arriving: go on when it lands
             source.followers.append(job)
             return
@@ -385,12 +223,12 @@ class World:
             source.pins += 1
         self.clock.at(now + self.hop_overhead_s, self._enqueue, job)
 
-    def _enqueue(self, job: _Job) -> None:
+    def _enqueue(self, job: Job) -> None:
         link = job.node.links[HOP_INTO[job.hops[0]]]
         job.left, job.link = float(job.size), link
         link.add(job)
 
-    def hop_landed(self, job: _Job) -> None:
+    def hop_landed(self, job: Job) -> None:
         """The current hop's bytes are in: the copy is ready, the next hop may start."""
         now, node = self.clock.now, job.node
         tier = job.hops.pop(0)
@@ -413,7 +251,7 @@ class World:
         self._start(job)
         self._retry(node)
 
-    def _finish(self, job: _Job) -> None:
+    def _finish(self, job: Job) -> None:
         job.done = True
         self._drop_job(job)
         now = self.clock.now
@@ -422,7 +260,7 @@ class World:
                 self.record.req_wait[row] = now - at
                 self.waiting -= 1
 
-    def _drop_job(self, job: _Job) -> None:
+    def _drop_job(self, job: Job) -> None:
         jobs = job.node.jobs.get(job.model, [])
         if job in jobs:
             jobs.remove(job)
@@ -433,7 +271,7 @@ class World:
                     self._inbound[job.model] = other
                     break
 
-    def _retry(self, node: _Node) -> None:
+    def _retry(self, node: Node) -> None:
         """Loads waiting for room try again, first come first served: once one still finds no room in
         a tier, the later ones for that tier wait too (as behind it in the executor's queue)."""
         full: set[Tier] = set()
@@ -445,7 +283,7 @@ class World:
 
     # ------------------------------------------------------------------ bytes in tiers
 
-    def _room(self, node: _Node, tier: Tier, job: _Job) -> tuple[int, ...] | None:
+    def _room(self, node: Node, tier: Tier, job: Job) -> tuple[int, ...] | None:
         """Make room for ``job``'s copy in ``tier`` by the LRU rule: the GPUs an L0 copy goes to (() for
         the other tiers), or None when even every evictable copy would not make enough."""
         displaced = 0
@@ -467,7 +305,7 @@ class World:
             self.record.over_commit_bytes += displaced
         return gpus
 
-    def _gpu_room(self, node: _Node, job: _Job) -> tuple[tuple[int, ...], list[str]] | None:
+    def _gpu_room(self, node: Node, job: Job) -> tuple[tuple[int, ...], list[str]] | None:
         """The GPUs an L0 copy takes and the LRU victims that make room there.
 
         Where the shards fit as things are, ``gpu_placement`` chooses (the order's GPUs if it names ones
@@ -499,16 +337,16 @@ class World:
             victims = lru_victims(here, shard, free[g])
             if victims is not None:
                 recency = {h.key: h.recency for h in here}
-                options[g] = (max((recency[v] for v in victims), default=-_INF), victims)
+                options[g] = (max((recency[v] for v in victims), default=-INF), victims)
         pick = sorted(options, key=lambda g: (options[g][0], g))[:n]
         if len(pick) < n:
             return None
         return tuple(sorted(pick)), list(dict.fromkeys(v for g in pick for v in options[g][1]))
 
-    def _hold(self, node: _Node, tier: Tier, job: _Job, gpus: tuple[int, ...]) -> _Copy:
+    def _hold(self, node: Node, tier: Tier, job: Job, gpus: tuple[int, ...]) -> Copy:
         now = self.clock.now
         speculative = not job.demand and tier is not Tier.L2  # the executor reports host and GPU copies
-        copy = _Copy(
+        copy = Copy(
             key=job.model,
             tier=tier,
             bytes=job.size,
@@ -529,7 +367,7 @@ class World:
         node.used[tier] += job.size
         return copy
 
-    def drop(self, node: _Node, tier: Tier, model: str) -> None:
+    def drop(self, node: Node, tier: Tier, model: str) -> None:
         """``model``'s copy leaves ``tier`` of ``node``: its residence is counted, its bet settled."""
         copy = node.copies[tier].pop(model)
         node.used[tier] -= copy.bytes
@@ -548,19 +386,19 @@ class World:
         if copy.bet and copy.prefetched and copy.counted and self.record.counts(now):
             self.record.mispredictions += 1
 
-    def _write_down(self, node: _Node, model: str, to: Tier, order: Order) -> bool:
+    def _write_down(self, node: Node, model: str, to: Tier, order: Order) -> bool:
         """Copy ``model`` from its closest copy into the farther tier ``to``: a demotion's first half."""
         source = node.closest(model)
         if source is None or source.ready_at > self.clock.now:
             return False
-        probe = _Job(node, model, source.bytes, to, [to], order.demand, order, source.tier)
+        probe = Job(node, model, source.bytes, to, [to], order.demand, order, source.tier)
         if self._room(node, to, probe) is None:
             return False
         now = self.clock.now
         # Still unused if the copy it came from was; a disk copy never is. The bet stays on the copy
         # it was made for, and is settled when that one leaves.
         unused = not order.demand and to is not Tier.L2 and source.prefetched
-        copy = _Copy(model, to, source.bytes, now, now, source.last_used, unused)
+        copy = Copy(model, to, source.bytes, now, now, source.last_used, unused)
         node.copies[to][model] = copy
         node.used[to] += copy.bytes
         return True
@@ -586,7 +424,7 @@ class World:
         self._retry(node)
         return status
 
-    def _carry_out(self, node: _Node, order: Order) -> OrderStatus:
+    def _carry_out(self, node: Node, order: Order) -> OrderStatus:
         model = order.model
         held = tuple(t for t in CACHE_TIERS if model in node.copies[t])
         change = cached_effect(order.action, order.tier, held)
