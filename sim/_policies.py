@@ -19,7 +19,9 @@ Policies are built from labels (``kind`` or ``kind:KNOB``) by ``make_policy``; a
 
 from __future__ import annotations
 
+import functools
 import itertools
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -170,6 +172,11 @@ def order_for(
 _M = TypeVar("_M", bound=BaseModel)
 
 
+@functools.cache
+def _field_count(cls: type[BaseModel]) -> int:
+    return len(cls.model_fields)
+
+
 def build(cls: type[_M], **fields: Any) -> _M:
     """``unvalidated(cls, fields)`` with the fields as keywords."""
     return unvalidated(cls, fields)
@@ -181,7 +188,7 @@ def unvalidated(cls: type[_M], fields: dict[str, Any]) -> _M:
     A keep-alive makes an order per request and a planner reads reports every tick: validating them
     (or ``model_construct``, which resolves defaults field by field) costs more than the simulation.
     """
-    if len(fields) != len(cls.model_fields):
+    if len(fields) != _field_count(cls):
         raise TypeError(f"{cls.__name__} needs every field: {sorted(set(cls.model_fields) - set(fields))}")
     model = cls.__new__(cls)
     object.__setattr__(model, "__dict__", fields)
@@ -227,7 +234,7 @@ class KeepAlivePolicy(Policy):
         action, tier = (OrderAction.EVICT, Tier.L0) if self._unlimited else (OrderAction.DEMOTE, Tier.L1)
         # Due just after at + TTL: a request exactly TTL after this one still finds it (a timer every
         # TTL seconds stays warm), though orders due at an instant are applied before its requests.
-        due = float(np.nextafter(at + self.ttl_s, np.inf))
+        due = math.nextafter(at + self.ttl_s, math.inf)
         self._due[model] = due
         return [order_for(node, spec, action, tier, due, reason=OrderReason.CAPACITY)]
 

@@ -19,7 +19,7 @@ Demotions write down to the farther tier at once (device-to-host copies do not u
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from models import Catalog
 from prewarm import (
@@ -119,13 +119,21 @@ class World:
         return job.node.name
 
     def _route(self, model: str, at: float) -> Job:
+        """Load on a node whose host memory holds a copy (where a planner staged it), if any; else, and
+        among those, where GPU memory displaces the least recently used copies (none at best: the LRU rule
+        across the cluster), then where the load is quickest. A disk copy does not tie a model to its
+        node: every node can fetch from object storage, and sending every load to the node that happened
+        to cache it first would leave the others idle."""
         size = self.catalog[model].size_bytes
 
-        def rank(node: Node) -> tuple[int, int, int]:
+        def rank(node: Node) -> tuple[int, float, float, int]:
             copy = node.closest(model)
-            if copy is None:
-                return (Tier.L3.level, 0, -sum(node.gpu_caps) + sum(node.gpu_used))
-            return (copy.tier.level, copy.ready_at > at, -node.capacity[Tier.L0] + node.used[Tier.L0])
+            frm = copy.tier if copy is not None else Tier.L3
+            hops = load_path(frm, Tier.L0)
+            seconds = sum(size / node.links[HOP_INTO[t]].rate + self.hop_overhead_s for t in hops)
+            room = self._gpu_room(node, size)
+            staged = min(frm.level, Tier.L2.level)
+            return (staged, room[2] if room is not None else INF, seconds, node.used[Tier.L0])
 
         able = [n for n in self.nodes.values() if gpu_shards(size, n.gpu_caps) is not None]
         node = min(able, key=rank)
@@ -288,10 +296,10 @@ class World:
         the other tiers), or None when even every evictable copy would not make enough."""
         displaced = 0
         if tier is Tier.L0:
-            found = self._gpu_room(node, job)
+            found = self._gpu_room(node, job.size, job.gpus)
             if found is None:
                 return None
-            gpus, victims = found
+            gpus, victims, _ = found
         else:
             free = node.capacity[tier] - node.used[tier]
             chosen = [] if job.size <= free else lru_victims(node.copies[tier].values(), job.size, free)
@@ -305,25 +313,28 @@ class World:
             self.record.over_commit_bytes += displaced
         return gpus
 
-    def _gpu_room(self, node: Node, job: Job) -> tuple[tuple[int, ...], list[str]] | None:
-        """The GPUs an L0 copy takes and the LRU victims that make room there.
+    def _gpu_room(
+        self, node: Node, size: int, asked: Sequence[int] = ()
+    ) -> tuple[tuple[int, ...], list[str], float] | None:
+        """The GPUs an L0 copy takes, the LRU victims that make room there and when the most recently
+        used of them was last used (-inf: none); None when even every evictable copy would not do.
 
         Where the shards fit as things are, ``gpu_placement`` chooses (the order's GPUs if it names ones
         with room). Otherwise, for each GPU ``lru_victims`` names what must go for one shard to fit, and
         the GPUs whose victims were least recently used are chosen; a victim sharded over several GPUs
         frees its shard on each of them.
         """
-        n = gpu_shards(job.size, node.gpu_caps)
+        n = gpu_shards(size, node.gpu_caps)
         if n is None:
             return None
-        shard = -(-job.size // n)
+        shard = -(-size // n)
         free = [cap - used for cap, used in zip(node.gpu_caps, node.gpu_used, strict=True)]
-        asked = tuple(sorted(set(job.gpus)))
-        if len(asked) == n and all(0 <= g < len(free) and free[g] >= shard for g in asked):
-            return asked, []
-        placed = gpu_placement(job.size, node.gpu_caps, free)
+        named = tuple(sorted(set(asked)))
+        if len(named) == n and all(0 <= g < len(free) and free[g] >= shard for g in named):
+            return named, [], -INF
+        placed = gpu_placement(size, node.gpu_caps, free)
         if placed is not None:
-            return placed, []
+            return placed, [], -INF
         options: dict[int, tuple[float, list[str]]] = {}
         for g, cap in enumerate(node.gpu_caps):
             if cap < shard:
@@ -341,7 +352,8 @@ class World:
         pick = sorted(options, key=lambda g: (options[g][0], g))[:n]
         if len(pick) < n:
             return None
-        return tuple(sorted(pick)), list(dict.fromkeys(v for g in pick for v in options[g][1]))
+        victims = list(dict.fromkeys(v for g in pick for v in options[g][1]))
+        return tuple(sorted(pick)), victims, max(options[g][0] for g in pick)
 
     def _hold(self, node: Node, tier: Tier, job: Job, gpus: tuple[int, ...]) -> Copy:
         now = self.clock.now
