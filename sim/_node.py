@@ -20,6 +20,8 @@ from prewarm import (
     Tier,
     TierState,
     effect,
+    gpu_shards,
+    load_path,
 )
 from sim._links import Link
 from sim._policies import NodeShape, build
@@ -27,13 +29,19 @@ from sim._policies import NodeShape, build
 if TYPE_CHECKING:
     from sim._world import World
 
-__all__ = ["HOP_OVERHEAD_S", "INF", "Copy", "Job", "LazyReports", "Node", "cached_effect"]
+__all__ = ["HOP_OVERHEAD_S", "INF", "Copy", "Job", "LazyReports", "Node", "cached_effect", "cached_path"]
 
 
 @functools.cache
 def cached_effect(action: OrderAction, tier: Tier, held: tuple[Tier, ...]) -> Effect:
     """``prewarm.effect``, remembered: it is pure, and a world asks it once per order."""
     return effect(action, tier, held)
+
+
+@functools.cache
+def cached_path(frm: Tier, to: Tier) -> tuple[Tier, ...]:
+    """``prewarm.load_path``, remembered (pure, and asked on every load)."""
+    return load_path(frm, to)
 
 
 HOP_OVERHEAD_S = 0.5
@@ -114,6 +122,13 @@ class Node:
         self.links = {hop: Link(world.clock, hop, rate) for hop, rate in rates.items()}
         self.jobs: dict[str, list[Job]] = {}
         self.blocked: list[Job] = []
+        self._shards: dict[int, int | None] = {}
+
+    def shards(self, size: int) -> int | None:
+        """``prewarm.gpu_shards`` for this node's GPUs, remembered per size."""
+        if size not in self._shards:
+            self._shards[size] = gpu_shards(size, self.gpu_caps)
+        return self._shards[size]
 
     def closest(self, model: str) -> Copy | None:
         for tier in CACHE_TIERS:

@@ -34,14 +34,12 @@ from prewarm import (
     Tier,
     admit,
     gpu_placement,
-    gpu_shards,
-    load_path,
     lru_victims,
 )
 from scheduler import Cluster
 from sim._links import Clock
 from sim._metrics import MISPREDICTION_WINDOW_S, Record
-from sim._node import HOP_OVERHEAD_S, INF, Copy, Job, LazyReports, Node, cached_effect
+from sim._node import HOP_OVERHEAD_S, INF, Copy, Job, LazyReports, Node, cached_effect, cached_path
 from sim._policies import NodeShape
 
 __all__ = ["World"]
@@ -92,7 +90,7 @@ class World:
     def fits(self, model: str) -> bool:
         """Whether some node's GPUs can hold ``model`` at all."""
         size = self.catalog[model].size_bytes
-        return any(gpu_shards(size, n.gpu_caps) is not None for n in self.nodes.values())
+        return any(n.shards(size) is not None for n in self.nodes.values())
 
     def request(self, model: str, at: float) -> str:
         """A request arrives: served at once from a ready GPU copy, else it waits for a load (the one in
@@ -126,17 +124,23 @@ class World:
         to cache it first would leave the others idle."""
         size = self.catalog[model].size_bytes
 
-        def rank(node: Node) -> tuple[int, float, float, int]:
+        def staged(node: Node) -> int:
+            copy = node.closest(model)
+            return min(copy.tier.level, Tier.L2.level) if copy is not None else Tier.L2.level
+
+        def rank(node: Node) -> tuple[float, float, int]:
             copy = node.closest(model)
             frm = copy.tier if copy is not None else Tier.L3
-            hops = load_path(frm, Tier.L0)
-            seconds = sum(size / node.links[HOP_INTO[t]].rate + self.hop_overhead_s for t in hops)
+            seconds = sum(
+                size / node.links[HOP_INTO[t]].rate + self.hop_overhead_s for t in cached_path(frm, Tier.L0)
+            )
             room = self._gpu_room(node, size)
-            staged = min(frm.level, Tier.L2.level)
-            return (staged, room[2] if room is not None else INF, seconds, node.used[Tier.L0])
+            return (room[2] if room is not None else INF, seconds, node.used[Tier.L0])
 
-        able = [n for n in self.nodes.values() if gpu_shards(size, n.gpu_caps) is not None]
-        node = min(able, key=rank)
+        able = [n for n in self.nodes.values() if n.shards(size) is not None]
+        level = {n.name: staged(n) for n in able}
+        best = [n for n in able if level[n.name] == min(level.values())]
+        node = best[0] if len(best) == 1 else min(best, key=rank)
         job = self._job(node, model, Tier.L0, demand=True, order=None)
         self._start(job)
         return job
@@ -170,7 +174,7 @@ class World:
             model=model,
             size=size,
             target=target,
-            hops=list(load_path(frm, target)),
+            hops=list(cached_path(frm, target)),
             demand=demand,
             order=order,
             source=frm,
@@ -187,23 +191,37 @@ class World:
         return job
 
     def _start(self, job: Job) -> None:
-        """Start the job's next hop, once the copy it reads from has landed and its tier has room."""
+        """Start the job's next hop, once the copy it reads from has landed and its tier has room; a
+        demand load that finds no room waits in its node's queue (``_retry``) until it does."""
+        stuck = self._advance(job)
+        node = job.node
+        if stuck and not job.blocked:
+            job.blocked = True
+            node.blocked.append(job)
+            if self.record.counts(self.clock.now):
+                self.record.queued_loads += 1
+        elif not stuck and job.blocked:
+            job.blocked = False
+            node.blocked.remove(job)
+
+    def _advance(self, job: Job) -> bool:
+        """``_start`` but for the queue: True when a demand load found no room."""
         node, now = job.node, self.clock.now
         source = node.closest(job.model)
         if source is not None and job.hops and source.tier.level <= job.hops[0].level:
             # Another load brought a closer copy meanwhile: go on from there.
-            job.hops = list(load_path(source.tier, job.target))
+            job.hops = list(cached_path(source.tier, job.target))
         if not job.hops:
             if source is not None and source.ready_at == INF:
                 job.waiting_on = source  # the copy it needs is someone else's load in flight
                 source.followers.append(job)
             else:
                 self._finish(job)
-            return
+            return False
         if source is not None and source.ready_at == INF:
             job.waiting_on = source  # still arriving: go on when it lands
             source.followers.append(job)
-            return
+            return False
         job.waiting_on = None
         tier = job.hops[0]
         if node.capacity[tier] < job.size and tier is not Tier.L0:
@@ -212,24 +230,17 @@ class World:
             placed = self._room(node, tier, job)
             if placed is None:
                 if job.demand:
-                    if not job.blocked:
-                        job.blocked = True
-                        node.blocked.append(job)
-                        if self.record.counts(now):
-                            self.record.queued_loads += 1
-                else:
-                    if job.order is not None and self.record.counts(now):
-                        self.record.failed_orders += 1
-                    self._drop_job(job)
-                return
+                    return True
+                if job.order is not None and self.record.counts(now):
+                    self.record.failed_orders += 1
+                self._drop_job(job)
+                return False
             copy = self._hold(node, tier, job, placed)
-        if job.blocked:
-            job.blocked = False
-            node.blocked.remove(job)
         job.copy, job.reading, job.hop_began = copy, source, now
         if source is not None:
             source.pins += 1
         self.clock.at(now + self.hop_overhead_s, self._enqueue, job)
+        return False
 
     def _enqueue(self, job: Job) -> None:
         link = job.node.links[HOP_INTO[job.hops[0]]]
@@ -324,7 +335,7 @@ class World:
         the GPUs whose victims were least recently used are chosen; a victim sharded over several GPUs
         frees its shard on each of them.
         """
-        n = gpu_shards(size, node.gpu_caps)
+        n = node.shards(size)
         if n is None:
             return None
         shard = -(-size // n)
@@ -446,7 +457,7 @@ class World:
         if change.fills and change.source.level > order.tier.level:
             if any(j.target.level <= order.tier.level for j in node.jobs.get(model, [])):
                 return OrderStatus.DONE  # already on its way there
-            if order.tier is Tier.L0 and gpu_shards(self.catalog[model].size_bytes, node.gpu_caps) is None:
+            if order.tier is Tier.L0 and node.shards(self.catalog[model].size_bytes) is None:
                 return OrderStatus.FAILED
             job = self._job(node, model, order.tier, demand=order.demand, order=order)
             speculative = order.action is OrderAction.PREFETCH and not order.demand
