@@ -1,0 +1,202 @@
+"""What the simulated world is made of: a model's copy in one tier of one node, a load moving it hop by
+hop, a node's tiers and links, and the reports a node gives of itself (built only when read)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from models import Catalog
+from prewarm import (
+    CACHE_TIERS,
+    Effect,
+    ExecutorState,
+    GpuState,
+    Order,
+    OrderAction,
+    ResidentModel,
+    Tier,
+    TierState,
+    effect,
+    gpu_shards,
+    load_path,
+)
+from sim._links import Link
+from sim._policies import NodeShape, build
+
+if TYPE_CHECKING:
+    from sim._world import World
+
+__all__ = ["HOP_OVERHEAD_S", "INF", "Copy", "Job", "LazyReports", "Node", "cached_effect", "cached_path"]
+
+
+@functools.cache
+def cached_effect(action: OrderAction, tier: Tier, held: tuple[Tier, ...]) -> Effect:
+    """``prewarm.effect``, remembered: it is pure, and a world asks it once per order."""
+    return effect(action, tier, held)
+
+
+@functools.cache
+def cached_path(frm: Tier, to: Tier) -> tuple[Tier, ...]:
+    """``prewarm.load_path``, remembered (pure, and asked on every load)."""
+    return load_path(frm, to)
+
+
+HOP_OVERHEAD_S = 0.5
+"""Fixed cost of each hop (allocation, open, engine hand-over), as the planner assumes by default."""
+
+INF = float("inf")
+"""``Copy.ready_at`` of a copy still in flight."""
+
+
+@dataclass(eq=False)
+class Copy:
+    """One model's bytes in one tier of one node; ``prewarm.Evictable`` for the LRU rule as it is."""
+
+    key: str  # the model
+    tier: Tier
+    bytes: int
+    loaded_at: float  # when its bytes began to arrive: they are held from then
+    ready_at: float = INF  # infinite while in flight
+    last_used: float | None = None
+    prefetched: bool = False  # brought in speculatively and not used since
+    bet: bool = False  # the copy a prefetch was for: leaving while still unused, it was mispredicted
+    counted: bool = False  # that prefetch was made in the window
+    gpus: tuple[int, ...] = ()
+    pins: int = 0  # hops reading from it
+    job: Job | None = None  # bringing it in, while in flight
+    followers: list[Job] = field(default_factory=list)  # jobs waiting for it to land
+
+    @property
+    def nbytes(self) -> int:
+        return self.bytes
+
+    @property
+    def recency(self) -> float:
+        return self.last_used if self.last_used is not None else self.loaded_at
+
+    @property
+    def ready(self) -> bool:
+        return self.ready_at != INF
+
+
+@dataclass(eq=False)
+class Job:
+    """One load of ``model`` on ``node`` to ``target``, hop by hop."""
+
+    node: Node
+    model: str
+    size: int
+    target: Tier
+    hops: list[Tier]  # still to fill, farthest first
+    demand: bool
+    order: Order | None  # the order it carries out (None: a load on request)
+    source: Tier
+    gpus: tuple[int, ...] = ()  # GPUs the order asked for
+    waiters: list[tuple[int, float]] = field(default_factory=list)  # (record row or -1, arrival)
+    left: float = 0.0  # bytes of the current hop still to move (the link's Transfer protocol)
+    copy: Copy | None = None  # being filled by the current hop
+    reading: Copy | None = None  # the copy the current hop reads from
+    hop_began: float = 0.0
+    link: Link | None = None  # the current hop's bytes are on it
+    waiting_on: Copy | None = None  # a copy in flight it loads from once it lands
+    blocked: bool = False
+    done: bool = False
+
+    def landed(self) -> None:
+        self.node.world.hop_landed(self)
+
+
+class Node:
+    def __init__(self, world: World, shape: NodeShape, rates: Mapping[str, float]) -> None:
+        self.world = world
+        self.name = shape.name
+        self.shape = shape
+        self.gpu_caps = list(shape.gpu_bytes)
+        self.gpu_used = [0] * len(self.gpu_caps)
+        self.capacity = {Tier.L0: sum(self.gpu_caps), Tier.L1: shape.host_bytes, Tier.L2: shape.disk_bytes}
+        self.used = dict.fromkeys(CACHE_TIERS, 0)
+        self.copies: dict[Tier, dict[str, Copy]] = {t: {} for t in CACHE_TIERS}
+        self.links = {hop: Link(world.clock, hop, rate) for hop, rate in rates.items()}
+        self.jobs: dict[str, list[Job]] = {}
+        self.blocked: list[Job] = []
+        self._shards: dict[int, int | None] = {}
+
+    def shards(self, size: int) -> int | None:
+        """``prewarm.gpu_shards`` for this node's GPUs, remembered per size."""
+        if size not in self._shards:
+            self._shards[size] = gpu_shards(size, self.gpu_caps)
+        return self._shards[size]
+
+    def closest(self, model: str) -> Copy | None:
+        for tier in CACHE_TIERS:
+            copy = self.copies[tier].get(model)
+            if copy is not None:
+                return copy
+        return None
+
+    def report(self, now: float, catalog: Catalog) -> ExecutorState:
+        def resident(model: str, c: Copy) -> ResidentModel:
+            spec = catalog.get(model)
+            return build(
+                ResidentModel,
+                model=model,
+                version=spec.version if spec else "1",
+                sha256=spec.sha256 if spec else None,
+                bytes=c.bytes,
+                last_used=c.last_used,
+                loaded_at=c.loaded_at,
+                pins=c.pins,
+                prefetched=c.prefetched,
+                gpus=list(c.gpus),
+            )
+
+        tiers = [
+            build(
+                TierState,
+                tier=t,
+                capacity_bytes=self.capacity[t],
+                used_bytes=self.used[t],
+                resident=[resident(m, c) for m, c in sorted(self.copies[t].items())],
+            )
+            for t in CACHE_TIERS
+        ]
+        gpus = [
+            build(GpuState, index=i, capacity_bytes=cap, used_bytes=used)
+            for i, (cap, used) in enumerate(zip(self.gpu_caps, self.gpu_used, strict=True))
+        ]
+        return build(
+            ExecutorState,
+            v=1,
+            node=self.name,
+            at=now,
+            device="sim",
+            tiers=tiers,
+            gpus=gpus,
+            bandwidth_bytes_per_s={hop: link.rate for hop, link in self.links.items()},
+            recent_outcomes=[],
+        )
+
+
+class LazyReports(Mapping[str, ExecutorState]):
+    """The nodes' reports, each built when first read: most policies never read them."""
+
+    def __init__(self, names: Iterable[str], build: Callable[[str], ExecutorState]) -> None:
+        self._names = tuple(names)
+        self._build = build
+        self._built: dict[str, ExecutorState] = {}
+
+    def __getitem__(self, name: str) -> ExecutorState:
+        if name not in self._built:
+            if name not in self._names:
+                raise KeyError(name)
+            self._built[name] = self._build(name)
+        return self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
