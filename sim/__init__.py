@@ -12,9 +12,11 @@ from __future__ import annotations
 from sim._policies import POLICIES, Policy, PrewarmPolicy, ReactivePolicy
 from sim._run import SimReport, compare, run_policies, simulate
 from sim._scenario import DEFAULT_SIZES, default_cluster, virtual_catalog
+from sim._sweep import DEFAULT_KNOBS, SweepPoint, SweepResult, dominated, label_grid, pareto_front, sweep
 from sim._world import Served, SimNode, World
 
 __all__ = [
+    "DEFAULT_KNOBS",
     "DEFAULT_SIZES",
     "POLICIES",
     "Policy",
@@ -23,10 +25,16 @@ __all__ = [
     "Served",
     "SimNode",
     "SimReport",
+    "SweepPoint",
+    "SweepResult",
     "World",
     "compare",
     "default_cluster",
+    "dominated",
+    "label_grid",
+    "pareto_front",
     "run_policies",
     "simulate",
+    "sweep",
     "virtual_catalog",
 ]
