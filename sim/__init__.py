@@ -9,7 +9,23 @@ does not fit); ``Policy`` is the one interface a compared policy implements.
 
 from __future__ import annotations
 
-from sim._policies import POLICIES, Policy, PrewarmPolicy, ReactivePolicy
+from sim._policies import (
+    DEFAULT_POLICIES,
+    KeepAlivePolicy,
+    NodeShape,
+    Policy,
+    PolicyContext,
+    PolicyFactory,
+    PolicyInputs,
+    ReactivePolicy,
+    Requests,
+    knob_float,
+    make_policy,
+    order_for,
+    policy_kinds,
+    register_policy,
+)
+from sim._prewarm import PrewarmPolicy
 from sim._run import SimReport, compare, run_policies, simulate
 from sim._scenario import DEFAULT_SIZES, default_cluster, virtual_catalog
 from sim._sweep import DEFAULT_KNOBS, SweepPoint, SweepResult, dominated, label_grid, pareto_front, sweep
@@ -17,11 +33,17 @@ from sim._world import Served, SimNode, World
 
 __all__ = [
     "DEFAULT_KNOBS",
+    "DEFAULT_POLICIES",
     "DEFAULT_SIZES",
-    "POLICIES",
+    "KeepAlivePolicy",
+    "NodeShape",
     "Policy",
+    "PolicyContext",
+    "PolicyFactory",
+    "PolicyInputs",
     "PrewarmPolicy",
     "ReactivePolicy",
+    "Requests",
     "Served",
     "SimNode",
     "SimReport",
@@ -31,8 +53,13 @@ __all__ = [
     "compare",
     "default_cluster",
     "dominated",
+    "knob_float",
     "label_grid",
+    "make_policy",
+    "order_for",
     "pareto_front",
+    "policy_kinds",
+    "register_policy",
     "run_policies",
     "simulate",
     "sweep",

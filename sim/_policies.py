@@ -1,87 +1,269 @@
-"""Policies the simulator compares. Each sees the world only through what an executor reports, the way
-the live system does, and answers with orders.
+"""The one interface a compared policy implements, the registry that builds policies from labels, and
+the two memoryless baselines.
 
-- ``reactive``: what platforms do today — nothing until a request arrives, then load it (the executor's
-  LRU makes room). The baseline every other policy is measured against.
-- ``prewarm``: the real ``scheduler.SchedulerCore`` (so the real ``plan``) on a virtual clock, fed with
-  forecasts, hints and the nodes' reports every planning interval.
+A policy sees the simulated cluster the way the live planner sees real executors: through their reports
+(``tick``), and through each request once it has been served (``on_request``). It answers with
+``prewarm.Order`` s, which the world applies at their ``not_before`` by the executor's rules. A delayed
+order is confirmed with ``still_wanted`` when it comes due, so a keep-alive timer superseded by a later
+request is dropped rather than applied.
+
+- ``reactive``: what platforms do without a keep-alive — nothing until a request arrives, then the world
+  loads it (the executor's LRU makes room). Nothing leaves GPU memory until something needs the room.
+- ``keepalive:TTL``: after each request hold the model in GPU memory for TTL seconds (default 600, the
+  platforms' ten minutes), then unload it: demote it one tier (L0→L1) on a cluster, evict it from the
+  only tier under ``--unlimited``.
+
+Policies are built from labels (``kind`` or ``kind:KNOB``) by ``make_policy``; a module adds a kind with
+``register_policy(kind, factory)`` when it is imported (``sim/__init__.py`` imports every policy module).
 """
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
-from forecaster import ModelForecast
-from models import Catalog
-from prewarm import ExecutorState, Hint, Order
-from scheduler import Cluster, PlannerConfig, SchedulerCore
+import numpy as np
+import numpy.typing as npt
 
-__all__ = ["POLICIES", "ForecastSource", "Policy", "PrewarmPolicy", "ReactivePolicy"]
+from models import Catalog, ModelSpec
+from prewarm import ExecutorState, Hint, InvalidInput, Order, OrderAction, OrderReason, Tier
 
-ForecastSource = Callable[[float], Mapping[str, ModelForecast]]
+if TYPE_CHECKING:
+    from forecaster import ModelForecast
+    from scheduler import PlannerConfig
+
+__all__ = [
+    "DEFAULT_POLICIES",
+    "UNLIMITED_NODE",
+    "ForecastSource",
+    "KeepAlivePolicy",
+    "NodeShape",
+    "Policy",
+    "PolicyContext",
+    "PolicyFactory",
+    "PolicyInputs",
+    "ReactivePolicy",
+    "Requests",
+    "knob_float",
+    "make_policy",
+    "order_for",
+    "policy_kinds",
+    "register_policy",
+]
+
+Requests = tuple[npt.NDArray[np.float64], npt.NDArray[np.str_]]
+"""(sorted timestamps, models): requests in time order."""
+
+ForecastSource = Callable[[float], "Mapping[str, ModelForecast]"]
+
+UNLIMITED_NODE = "unlimited"
+"""The one node of an ``--unlimited`` world."""
+
+DEFAULT_POLICIES = ("reactive", "keepalive:600", "histogram", "oracle", "prewarm")
+"""What ``prewarm sim run`` compares when no ``--policy`` is given."""
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """One node's memory as the world models it: L0 per GPU, L1 (host) and L2 (disk) per node."""
+
+    name: str
+    gpu_bytes: tuple[int, ...]
+    host_bytes: int
+    disk_bytes: int
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy is told once, before the first request (``Policy.prepare``)."""
+
+    catalog: Catalog
+    nodes: Mapping[str, NodeShape]
+    unlimited: bool
+    """``--unlimited``: one node ``UNLIMITED_NODE``, one tier (L0) without limit, instant loads."""
+    start: float
+    """The cut: the first simulated second (metrics count from here)."""
+    end: float
+    history: Requests
+    """Every request before ``start`` (the training span)."""
+    future: Requests | None
+    """The simulated window's requests: given only to clairvoyant policies."""
+    bandwidth: Mapping[str, float] = field(default_factory=dict)
+    """Bytes per second of each link as ``prewarm.HOP_INTO`` names it (under ``--unlimited``: the default
+    cluster's, so that a planner values a cold start at what a real load would cost)."""
+    hop_overhead_s: float = 0.5
+    """Fixed cost the world adds to each hop of a load, on top of bytes / bandwidth."""
 
 
 class Policy(ABC):
-    """One small interface: called every planning interval with the time and the nodes' reports."""
+    """A policy the simulator compares. ``name`` is its label as given on the command line."""
 
     name: str
+    clairvoyant: ClassVar[bool] = False
+    """True: ``prepare`` is given the simulated window's requests (``PolicyContext.future``)."""
+
+    def prepare(self, ctx: PolicyContext) -> None:  # noqa: B027 - optional hook, empty by default
+        """Called once, before anything else."""
+
+    def on_request(self, model: str, at: float, node: str) -> list[Order]:
+        """Called after each request is served (also during the warm-up before the cut)."""
+        return []
+
+    def still_wanted(self, order: Order, now: float) -> bool:
+        """Asked when a delayed order comes due: False drops it unapplied."""
+        return True
 
     @abstractmethod
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
-        """Orders to apply from now on (each when its ``not_before`` is reached)."""
+        """Called every planning interval with the nodes' reports and the hints received since the last
+        tick: orders to apply, each when its ``not_before`` is reached."""
+
+
+_ids = itertools.count()
+
+
+def order_for(
+    node: str,
+    spec: ModelSpec,
+    action: OrderAction,
+    tier: Tier,
+    at: float,
+    *,
+    gpus: Sequence[int] = (),
+    reason: OrderReason = OrderReason.FORECAST,
+    demand: bool = False,
+    ttl_s: float = 600.0,
+) -> Order:
+    """An order for ``spec`` on ``node`` due at ``at`` (deadline ``at + ttl_s``), with an id no other
+    order of this process has."""
+    return Order(
+        id=f"sim-{next(_ids)}",
+        node=node,
+        model=spec.id,
+        version=spec.version,
+        sha256=spec.sha256,
+        action=action,
+        tier=tier,
+        reason=reason,
+        not_before=at,
+        deadline=at + ttl_s,
+        created_at=at,
+        demand=demand,
+        gpus=list(gpus),
+    )
 
 
 class ReactivePolicy(Policy):
-    name = "reactive"
+    """Load on request (the world does that for every policy), and nothing else."""
+
+    def __init__(self, name: str = "reactive") -> None:
+        self.name = name
 
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
         return []
 
 
-class PrewarmPolicy(Policy):
-    name = "prewarm"
+class KeepAlivePolicy(Policy):
+    """After each request, hold the model in GPU memory ``ttl_s`` seconds, then unload it."""
 
-    def __init__(
-        self,
-        catalog: Catalog,
-        cluster: Cluster,
-        config: PlannerConfig,
-        forecasts: ForecastSource | None,
-        *,
-        forecast_every_s: float = 300.0,
-    ) -> None:
-        self._now = 0.0
-        self._out: list[Order] = []
-        self._forecasts = forecasts
-        self._forecast_every_s = forecast_every_s
-        self._forecast_at: float | None = None
-        self._seen_hints: set[tuple[str, float]] = set()
-        self.core = SchedulerCore(
-            catalog=catalog,
-            cluster=cluster,
-            config=config,
-            dispatch=self._out.extend,
-            clock=lambda: self._now,
-        )
+    def __init__(self, ttl_s: float = 600.0, name: str | None = None) -> None:
+        if ttl_s < 0:
+            raise InvalidInput(f"keep-alive TTL must be ≥ 0 seconds, got {ttl_s:g}")
+        self.ttl_s = ttl_s
+        self.name = name or f"keepalive:{ttl_s:g}"
+        self._catalog: Catalog | None = None
+        self._unlimited = False
+        self._last: dict[str, float] = {}
+
+    def prepare(self, ctx: PolicyContext) -> None:
+        self._catalog = ctx.catalog
+        self._unlimited = ctx.unlimited
+
+    def on_request(self, model: str, at: float, node: str) -> list[Order]:
+        self._last[model] = at
+        if self._catalog is None:
+            raise RuntimeError("KeepAlivePolicy.prepare was not called")
+        spec = self._catalog[model]
+        # One tier down on a cluster (the design's demotion); out of the only tier under --unlimited.
+        action, tier = (OrderAction.EVICT, Tier.L0) if self._unlimited else (OrderAction.DEMOTE, Tier.L1)
+        return [order_for(node, spec, action, tier, at + self.ttl_s, reason=OrderReason.CAPACITY)]
+
+    def still_wanted(self, order: Order, now: float) -> bool:
+        # A later request restarted the timer: its own order replaces this one.
+        return self._last.get(order.model, -np.inf) <= order.created_at
 
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
-        self._now = now
-        if self._forecasts is not None and (
-            self._forecast_at is None or now - self._forecast_at >= self._forecast_every_s
-        ):
-            self.core.set_signals(forecasts=self._forecasts(now))
-            self._forecast_at = now
-        for report in reports.values():
-            self.core.observe(report)
-        for hint in hints:
-            key = (hint.model, hint.received_at or now)
-            if key not in self._seen_hints:
-                self._seen_hints.add(key)
-                self.core.add_hint(hint)
-        self.core.replan()
-        out, self._out[:] = list(self._out), []
-        return out
+        return []
 
 
-POLICIES = ("reactive", "prewarm")
+# ------------------------------------------------------------------ registry
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What a factory may use beyond its label: the forecasts and planner knobs of the run."""
+
+    forecasts: ForecastSource | None = None
+    planner: PlannerConfig | None = None
+
+
+PolicyFactory = Callable[[str, "str | None", PolicyInputs], Policy]
+"""``factory(label, knob, inputs)``: the policy for ``label`` (``kind`` or ``kind:knob``; knob None when
+absent). It raises ``InvalidInput`` for a knob it cannot use."""
+
+_REGISTRY: dict[str, PolicyFactory] = {}
+
+
+def register_policy(kind: str, factory: PolicyFactory) -> None:
+    """Make ``make_policy`` build labels of ``kind`` with ``factory`` (a later registration replaces an
+    earlier one, so a module can be reloaded)."""
+    _REGISTRY[kind] = factory
+
+
+def policy_kinds() -> tuple[str, ...]:
+    return tuple(sorted(_REGISTRY))
+
+
+def make_policy(
+    label: str, *, forecasts: ForecastSource | None = None, planner: PlannerConfig | None = None
+) -> Policy:
+    """The policy a label names (``reactive``, ``keepalive:600``, ``prewarm:0.01`` ...), named by it."""
+    kind, sep, knob = label.partition(":")
+    factory = _REGISTRY.get(kind)
+    if factory is None:
+        raise InvalidInput(f"unknown policy {kind!r}: known are {', '.join(policy_kinds())}")
+    if sep and not knob:
+        raise InvalidInput(f"policy {label!r}: empty knob after ':'")
+    policy = factory(label, knob if sep else None, PolicyInputs(forecasts=forecasts, planner=planner))
+    policy.name = label
+    return policy
+
+
+def knob_float(label: str, knob: str | None, default: float) -> float:
+    """A numeric knob, or ``default`` when absent; ``InvalidInput`` naming the label otherwise."""
+    if knob is None:
+        return default
+    try:
+        value = float(knob)
+    except ValueError:
+        raise InvalidInput(f"policy {label!r}: knob {knob!r} is not a number") from None
+    if not np.isfinite(value):
+        raise InvalidInput(f"policy {label!r}: knob {knob!r} is not finite")
+    return value
+
+
+def _reactive(label: str, knob: str | None, inputs: PolicyInputs) -> Policy:
+    if knob is not None:
+        raise InvalidInput(f"policy {label!r}: reactive takes no knob")
+    return ReactivePolicy(label)
+
+
+def _keepalive(label: str, knob: str | None, inputs: PolicyInputs) -> Policy:
+    return KeepAlivePolicy(knob_float(label, knob, 600.0), name=label)
+
+
+register_policy("reactive", _reactive)
+register_policy("keepalive", _keepalive)

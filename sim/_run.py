@@ -14,7 +14,8 @@ import numpy.typing as npt
 from models import Catalog
 from prewarm import Hint, Order, Tier
 from scheduler import Cluster, PlannerConfig
-from sim._policies import ForecastSource, Policy, PrewarmPolicy, ReactivePolicy
+from sim._policies import ForecastSource, NodeShape, Policy, PolicyContext, ReactivePolicy
+from sim._prewarm import PrewarmPolicy
 from sim._world import World
 
 __all__ = ["SimReport", "compare", "run_policies", "simulate"]
@@ -65,6 +66,16 @@ def simulate(
     ts = np.asarray(timestamps, dtype=np.float64)
     order = np.argsort(ts, kind="stable")
     world = World(cluster, catalog)
+    empty: tuple[npt.NDArray[np.float64], npt.NDArray[np.str_]] = (np.array([]), np.array([], dtype=str))
+    shapes = {
+        n.name: NodeShape(
+            n.name, tuple(g.memory_bytes for g in n.gpus), n.host_cache_bytes, n.disk_cache_bytes
+        )
+        for n in cluster.nodes
+    }
+    policy.prepare(
+        PolicyContext(catalog, shapes, False, start, end, empty, None, bandwidth=cluster.bandwidth.hops())
+    )
     due: list[tuple[float, int, Order]] = []
     seq = itertools.count()
     pending_hints = sorted(hints, key=lambda h: h.received_at or start)
@@ -172,5 +183,5 @@ def run_policies(
     the same cluster and catalog."""
     ts = events["timestamp"].to_numpy()
     names = events["model"].astype(str).to_numpy()
-    policies: list[Policy] = [ReactivePolicy(), PrewarmPolicy(catalog, cluster, planner, forecasts)]
+    policies: list[Policy] = [ReactivePolicy(), PrewarmPolicy(planner, forecasts)]
     return {p.name: simulate(p, cluster, catalog, ts, names, start=start, end=end) for p in policies}

@@ -59,7 +59,7 @@ def _run(
     policy = (
         ReactivePolicy()
         if policy_name == "reactive"
-        else PrewarmPolicy(catalog, cluster, PlannerConfig(), forecasts, forecast_every_s=60)
+        else PrewarmPolicy(PlannerConfig(), forecasts, forecast_every_s=60)
     )
     ts = [t for t, _ in requests]
     models = [m for _, m in requests]
@@ -147,7 +147,7 @@ def test_prewarm_beats_the_reactive_baseline_on_a_synthetic_day() -> None:
     ts, names = trace.events.timestamp.to_numpy(), trace.events.model.astype(str).to_numpy()
     reactive = simulate(ReactivePolicy(), cluster, catalog, ts, names, start=start, end=start + 6 * 3600)
     prewarm = simulate(
-        PrewarmPolicy(catalog, cluster, PlannerConfig(), bundle.predict),
+        PrewarmPolicy(PlannerConfig(), bundle.predict),
         cluster,
         catalog,
         ts,

@@ -1,0 +1,136 @@
+"""The ``prewarm`` policy: the real ``scheduler.SchedulerCore`` (so the real ``plan``) on a virtual clock,
+fed with forecasts, hints and the nodes' reports every planning interval.
+
+Its knob (``prewarm:X``) is ``PlannerConfig.memory_price``: weighted seconds charged per GB·minute a
+model is held beyond what it serves. A forecast source that can also ``observe(model, at)`` (a
+``forecaster.LiveForecasts``) is told of every request the simulated platform serves, as the live
+scheduler tells it from the demand store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prewarm import ExecutorState, Hint, InvalidInput, Order
+from scheduler import Cluster, PlannerConfig
+from sim._policies import (
+    ForecastSource,
+    NodeShape,
+    Policy,
+    PolicyContext,
+    PolicyInputs,
+    knob_float,
+    register_policy,
+)
+
+if TYPE_CHECKING:
+    from scheduler import SchedulerCore
+
+__all__ = ["PrewarmPolicy", "cluster_of"]
+
+
+def cluster_of(nodes: Mapping[str, NodeShape], bandwidth: Mapping[str, float]) -> Cluster:
+    """The cluster file the planner would be given for these nodes and links."""
+    rates = {"l3_bytes_per_s": "L3->L2", "l2_bytes_per_s": "L2->L1", "l1_bytes_per_s": "L1->L0"}
+    return Cluster.from_data(
+        {
+            "nodes": [
+                {
+                    "name": shape.name,
+                    "gpus": [{"memory_bytes": b} for b in shape.gpu_bytes],
+                    "host_cache_bytes": shape.host_bytes,
+                    "disk_cache_bytes": shape.disk_bytes,
+                }
+                for shape in nodes.values()
+            ],
+            "bandwidth": {key: bandwidth[hop] for key, hop in rates.items() if hop in bandwidth},
+        }
+    )
+
+
+class PrewarmPolicy(Policy):
+    """The real scheduler core, asked to replan every tick."""
+
+    def __init__(
+        self,
+        config: PlannerConfig,
+        forecasts: ForecastSource | None,
+        *,
+        forecast_every_s: float = 300.0,
+        name: str = "prewarm",
+    ) -> None:
+        self.name = name
+        self.config = config
+        self._now = 0.0
+        self._out: list[Order] = []
+        self._forecasts = forecasts
+        observe = getattr(forecasts, "observe", None)
+        self._observe = observe if callable(observe) else None
+        self._forecast_every_s = forecast_every_s
+        self._forecast_at: float | None = None
+        self._seen_hints: set[tuple[str, float]] = set()
+        self._core: SchedulerCore | None = None
+
+    @property
+    def core(self) -> SchedulerCore:
+        if self._core is None:
+            raise RuntimeError("PrewarmPolicy.prepare was not called")
+        return self._core
+
+    def prepare(self, ctx: PolicyContext) -> None:
+        from scheduler import SchedulerCore
+
+        self._core = SchedulerCore(
+            catalog=ctx.catalog,
+            cluster=cluster_of(ctx.nodes, ctx.bandwidth),
+            config=self.config,
+            dispatch=self._out.extend,
+            clock=lambda: self._now,
+        )
+
+    def on_request(self, model: str, at: float, node: str) -> list[Order]:
+        if self._observe is not None:
+            self._observe(model, at)
+        return []
+
+    def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
+        self._now = now
+        core = self.core
+        if self._forecasts is not None and (
+            self._forecast_at is None or now - self._forecast_at >= self._forecast_every_s
+        ):
+            core.set_signals(forecasts=self._forecasts(now))
+            self._forecast_at = now
+        for report in reports.values():
+            core.observe(report)
+        for hint in hints:
+            key = (hint.model, hint.received_at or now)
+            if key not in self._seen_hints:
+                self._seen_hints.add(key)
+                core.add_hint(hint)
+        core.replan()
+        out, self._out[:] = list(self._out), []
+        return out
+
+
+def with_memory_price(config: PlannerConfig, price: float) -> PlannerConfig:
+    """``config`` with ``memory_price`` set, or a clear error on a planner that has no such knob."""
+    if "memory_price" not in {f.name for f in dataclasses.fields(config)}:
+        raise InvalidInput("prewarm:X sets PlannerConfig.memory_price, which this planner does not have")
+    changes: dict[str, Any] = {"memory_price": price}
+    return dataclasses.replace(config, **changes)
+
+
+def _prewarm(label: str, knob: str | None, inputs: PolicyInputs) -> Policy:
+    config = inputs.planner or PlannerConfig()
+    if knob is not None:
+        price = knob_float(label, knob, 0.0)
+        if price < 0:
+            raise InvalidInput(f"policy {label!r}: the memory price must be ≥ 0")
+        config = with_memory_price(config, price)
+    return PrewarmPolicy(config, inputs.forecasts, name=label)
+
+
+register_policy("prewarm", _prewarm)
