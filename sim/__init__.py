@@ -9,6 +9,7 @@ does not fit); ``Policy`` is the one interface a compared policy implements.
 
 from __future__ import annotations
 
+from sim._histogram import HistogramPolicy, IdleHistogram, Windows
 from sim._policies import (
     DEFAULT_POLICIES,
     KeepAlivePolicy,
@@ -35,6 +36,8 @@ __all__ = [
     "DEFAULT_KNOBS",
     "DEFAULT_POLICIES",
     "DEFAULT_SIZES",
+    "HistogramPolicy",
+    "IdleHistogram",
     "KeepAlivePolicy",
     "NodeShape",
     "Policy",
@@ -49,6 +52,7 @@ __all__ = [
     "SimReport",
     "SweepPoint",
     "SweepResult",
+    "Windows",
     "World",
     "compare",
     "default_cluster",

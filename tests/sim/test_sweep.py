@@ -84,11 +84,15 @@ def test_sweep_places_each_label_on_its_own_familys_fronts() -> None:
     by = {p.label: p for p in result.points}
     assert list(by) == label_grid(POLICIES)
     assert by["keepalive:3600"].idle_gb_minutes == 3600.0  # L0 + L1, not L2
-    assert by["keepalive:3600"].knob == "3600" and by["reactive"].knob is None
+    assert by["keepalive:3600"].knob == "3600"
+    assert by["reactive"].knob is None
     # histogram:120 beats keepalive:600 on both, but fronts are per family: keepalive:600 stays on its own.
-    assert by["keepalive:600"].on_front_p75 and by["keepalive:600"].on_front_wait
-    assert not by["keepalive:3600"].on_front_p75 and by["keepalive:3600"].on_front_wait
-    assert by["histogram:120"].on_front_p75 and not by["histogram:240"].on_front_p75
+    assert by["keepalive:600"].on_front_p75
+    assert by["keepalive:600"].on_front_wait
+    assert not by["keepalive:3600"].on_front_p75
+    assert by["keepalive:3600"].on_front_wait
+    assert by["histogram:120"].on_front_p75
+    assert not by["histogram:240"].on_front_p75
     assert not by["histogram:240"].on_front_wait
     assert [p.label for p in result.front("keepalive", "p75")] == ["keepalive:60", "keepalive:600"]
 
@@ -124,4 +128,5 @@ def test_a_label_the_run_left_out_is_an_error() -> None:
 
 def test_default_knobs_sweep_every_policy_kind() -> None:
     assert set(DEFAULT_KNOBS) == {"reactive", "keepalive", "histogram", "oracle", "prewarm"}
-    assert "600" in DEFAULT_KNOBS["keepalive"] and "240" in DEFAULT_KNOBS["histogram"]
+    assert "600" in DEFAULT_KNOBS["keepalive"]
+    assert "240" in DEFAULT_KNOBS["histogram"]
