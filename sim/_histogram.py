@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from prewarm import ExecutorState, Hint, InvalidInput, Order, OrderAction, OrderReason, Tier
+from prewarm import HOP_INTO, ExecutorState, Hint, InvalidInput, Order, OrderAction, OrderReason, Tier
 from sim._policies import Policy, PolicyContext, PolicyInputs, knob_float, order_for, register_policy
 
 __all__ = [
@@ -166,6 +166,7 @@ class HistogramPolicy(Policy):
         self._hist: dict[str, IdleHistogram] = {}
         self._last: dict[str, float] = {}
         self._live: dict[str, frozenset[str]] = {}
+        self._plan: dict[str, tuple[float, Windows]] = {}  # each model's latest plan: when, and windows
         self._ctx: PolicyContext | None = None
 
     def histogram(self, model: str) -> IdleHistogram:
@@ -215,18 +216,45 @@ class HistogramPolicy(Policy):
         )
         orders: list[Order] = []
         if w.prewarm_s > 0:
-            orders.append(order_for(node, spec, unload_action, unload_tier, at, reason=OrderReason.CAPACITY))
-            orders.append(
-                order_for(
-                    node, spec, OrderAction.PREFETCH, Tier.L0, at + w.prewarm_s, reason=OrderReason.FORECAST
+            # Unloaded once this request is served: at once when it found the model in GPU memory, else
+            # when its load is in (a copy still loading cannot be demoted). Kept when that is past the head.
+            served = at + self._load_s(model, at, spec.size_bytes)
+            if served < at + w.prewarm_s:
+                orders.append(
+                    order_for(node, spec, unload_action, unload_tier, served, reason=OrderReason.CAPACITY)
                 )
-            )
+                orders.append(
+                    order_for(
+                        node,
+                        spec,
+                        OrderAction.PREFETCH,
+                        Tier.L0,
+                        at + w.prewarm_s,
+                        reason=OrderReason.FORECAST,
+                    )
+                )
         orders.append(
             order_for(node, spec, unload_action, unload_tier, at + w.keepalive_s, reason=OrderReason.CAPACITY)
         )
+        self._plan[model] = (at, w)
         # A later request for the model re-plans: only the orders of its latest plan are still wanted.
         self._live[model] = frozenset(o.id for o in orders)
         return orders
+
+    def _load_s(self, model: str, at: float, size: int) -> float:
+        """How long after ``at`` a request for ``model`` is served, as far as this policy's own plan
+        tells: 0 when the plan had the model in GPU memory (and always under ``--unlimited``), else the
+        time to load it from object storage — a bound, so the unload is not refused for a copy in flight."""
+        ctx = self._ctx
+        plan = self._plan.get(model)
+        if ctx is None or ctx.unlimited:
+            return 0.0
+        if plan is not None:
+            t, w = plan
+            if t + w.prewarm_s <= at < t + w.keepalive_s:
+                return 0.0
+        rates = [ctx.bandwidth.get(hop, 0.0) for hop in HOP_INTO.values()]
+        return sum(size / rate + ctx.hop_overhead_s for rate in rates if rate > 0)
 
     def still_wanted(self, order: Order, now: float) -> bool:
         return order.id in self._live.get(order.model, frozenset())

@@ -41,6 +41,8 @@ def _context(history: Requests, *models: str, unlimited: bool = True, start: flo
         end=start + 86400,
         history=history,
         future=None,
+        bandwidth={} if unlimited else {"L3->L2": 1e9, "L2->L1": 7e9, "L1->L0": 50e9},
+        hop_overhead_s=0.5,
     )
 
 
@@ -156,13 +158,20 @@ def test_after_a_request_a_patterned_model_is_unloaded_then_prewarmed_then_kept_
     assert {o.node for o in (unload, load, drop)} == {"unlimited"}
 
 
-def test_on_a_cluster_unloading_demotes_to_host_memory() -> None:
+def test_on_a_cluster_unloading_demotes_to_host_memory_once_the_request_is_served() -> None:
     ts, ms = _periodic("timer", 30 * MIN, 48)
     policy = HistogramPolicy()
     policy.prepare(_context(_requests(ts, ms), "timer", unlimited=False))
-    unload, load, drop = policy.on_request("timer", DAY0 + 30 * MIN, "n1")
+    # No plan of the policy's own had it in GPU memory: the request waits for a load (10 GB from object
+    # storage, a bound), and a copy in flight cannot be demoted — the unload comes when it is in.
+    unload, load, drop = policy.on_request("timer", DAY0, "n1")
     assert (unload.action, unload.tier) == (drop.action, drop.tier) == (OrderAction.DEMOTE, Tier.L1)
     assert (load.action, load.tier, load.node) == (OrderAction.PREFETCH, Tier.L0, "n1")
+    load_s = 10 * GB / 1e9 + 10 * GB / 7e9 + 10 * GB / 50e9 + 3 * 0.5
+    assert unload.not_before == pytest.approx(DAY0 + load_s)
+    # The next one on the timer finds the pre-warmed copy: unloaded right after it.
+    unload, _, _ = policy.on_request("timer", DAY0 + 30 * MIN, "n1")
+    assert unload.not_before == DAY0 + 30 * MIN
 
 
 def test_a_later_request_supersedes_the_earlier_plan() -> None:
