@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from models import Catalog, ModelSpec
@@ -12,6 +15,7 @@ from sim import (
     PolicyContext,
     Requests,
     make_policy,
+    run_policies,
 )
 
 GB = 10**9
@@ -217,3 +221,42 @@ def test_models_outside_the_catalog_get_no_orders() -> None:
     policy = HistogramPolicy()
     policy.prepare(_context(_requests([], []), "a"))
     assert policy.on_request("unknown", DAY0, "unlimited") == []
+
+
+# ------------------------------------------------------------------ in the simulator, --unlimited
+
+
+def _events(ts: np.ndarray, model: str) -> pd.DataFrame:
+    return pd.DataFrame({"timestamp": np.sort(ts), "model": model})
+
+
+def _unlimited(events: pd.DataFrame, model: str, labels: list[str]) -> dict[str, dict[str, Any]]:
+    start = DAY0 + 7 * 86400  # a week of training, then a day simulated
+    results = run_policies(
+        events, _catalog(model), None, labels, start=start, end=start + 86400, unlimited=True
+    )
+    return {label: m.to_json() for label, m in results.items()}
+
+
+def test_a_timer_model_is_prewarmed_with_no_cold_start_and_far_less_idle_memory_than_keepalive() -> None:
+    rng = np.random.default_rng(5)
+    beats = DAY0 + 30 * MIN * np.arange(8 * 48) + rng.uniform(-30, 30, 8 * 48)  # every 30 min, ±30 s
+    out = _unlimited(_events(beats, "timer"), "timer", ["histogram", "keepalive:600"])
+    histogram, keepalive = out["histogram"], out["keepalive:600"]
+    assert histogram["requests"] == keepalive["requests"] == 48
+    assert histogram["cold_starts"] == 0
+    assert keepalive["cold_starts"] == 48  # a 10-minute keep-alive never sees the next beat
+    # Pre-warmed 27 min after each beat (p5 bin 29 min, less 10%), idle ~4 min a beat instead of 10.
+    assert histogram["idle_gb_minutes"]["L0"] < 0.5 * keepalive["idle_gb_minutes"]["L0"]
+    assert set(histogram["idle_gb_minutes"]) == {"L0"}
+
+
+def test_a_memoryless_model_is_kept_alive_for_the_range_like_a_4_hour_keepalive() -> None:
+    rng = np.random.default_rng(8)
+    arrivals = DAY0 + np.cumsum(rng.exponential(60 * MIN, 8 * 24 * 2))
+    arrivals = arrivals[arrivals < DAY0 + 8 * 86400]
+    out = _unlimited(_events(arrivals, "poisson"), "poisson", ["histogram", "keepalive:14400"])
+    histogram, keepalive = out["histogram"], out["keepalive:14400"]
+    assert histogram["requests"] > 10
+    assert histogram["cold_starts"] == keepalive["cold_starts"]
+    assert histogram["idle_gb_minutes"]["L0"] == pytest.approx(keepalive["idle_gb_minutes"]["L0"])

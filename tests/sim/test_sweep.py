@@ -1,13 +1,21 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pytest
+import typer
 from hypothesis import given
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from prewarm import InvalidInput, load_settings
+from prewarm_cli._sweep import parse_grid
+from prewarm_cli._sweep import sweep as sweep_command
 from sim import DEFAULT_KNOBS, dominated, label_grid, pareto_front, sweep
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -130,3 +138,81 @@ def test_default_knobs_sweep_every_policy_kind() -> None:
     assert set(DEFAULT_KNOBS) == {"reactive", "keepalive", "histogram", "oracle", "prewarm"}
     assert "600" in DEFAULT_KNOBS["keepalive"]
     assert "240" in DEFAULT_KNOBS["histogram"]
+
+
+# ------------------------------------------------------------------ the command's grid
+
+
+def test_a_kind_sweeps_its_default_knobs_and_a_label_its_own() -> None:
+    defaults = {"keepalive": ("60", "600"), "reactive": (), "histogram": ("240",)}
+    assert parse_grid([], [], defaults) == {"keepalive": ("60", "600"), "reactive": (), "histogram": ("240",)}
+    assert parse_grid(["keepalive", "histogram:120", "histogram:480"], [], defaults) == {
+        "keepalive": ("60", "600"),
+        "histogram": ("120", "480"),
+    }
+
+
+def test_knobs_replace_a_kinds_grid_and_name_it_enough_to_sweep_it() -> None:
+    defaults = {"keepalive": ("60", "600"), "prewarm": ("0.01",)}
+    assert parse_grid(["keepalive"], ["keepalive=30, 90", "prewarm=0,1"], defaults) == {
+        "keepalive": ("30", "90"),
+        "prewarm": ("0", "1"),
+    }
+
+
+@pytest.mark.parametrize("bad", ["keepalive", "=1,2", "keepalive="])
+def test_a_malformed_knobs_option_is_invalid_input(bad: str) -> None:
+    with pytest.raises(InvalidInput, match="--knobs"):
+        parse_grid([], [bad], {})
+
+
+# ------------------------------------------------------------------ the command, end to end
+
+
+def _app() -> typer.Typer:
+    """The command on an app of its own: the coordinator registers it as ``prewarm sim sweep``."""
+    app = typer.Typer()
+
+    @app.callback()
+    def root(ctx: typer.Context) -> None:
+        ctx.obj = load_settings()
+
+    app.command("sweep")(sweep_command)
+    return app
+
+
+def test_sweep_command_draws_the_curves_and_writes_every_point(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    day0 = 1_704_067_200.0
+    timer = day0 + 1800.0 * np.arange(3 * 48) + rng.uniform(-20, 20, 3 * 48)
+    poisson = day0 + np.cumsum(rng.exponential(900.0, 3 * 96))
+    trace = tmp_path / "trace.csv"
+    pd.DataFrame(
+        {"timestamp": np.r_[timer, poisson], "model": ["timer"] * timer.size + ["poisson"] * poisson.size}
+    ).sort_values("timestamp").query(f"timestamp < {day0 + 3 * 86400}").to_csv(trace, index=False)
+    png, out = tmp_path / "pareto.png", tmp_path / "sweep.json"
+    args = ["sweep", "--trace", str(trace), "--train-days", "2", "--sim-hours", "12", "--unlimited"]
+    args += ["--policy", "reactive", "--policy", "keepalive", "--knobs", "keepalive=60,600,3600"]
+    args += ["--policy", "histogram:60", "--policy", "histogram:240", "--png", str(png), "--json", str(out)]
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 0, result.output
+    labels = ["reactive", "keepalive:60", "keepalive:600", "keepalive:3600", "histogram:60", "histogram:240"]
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    doc = json.loads(out.read_text())
+    assert [p["label"] for p in doc["points"]] == labels
+    assert all(p["metrics"]["requests"] > 0 for p in doc["points"])
+    for label in labels:
+        assert label in result.output
+    keepalive = {p["knob"]: p for p in doc["points"] if p["family"] == "keepalive"}
+    # A longer keep-alive holds more memory and never makes more cold starts.
+    assert keepalive["60"]["idle_gb_minutes"] < keepalive["600"]["idle_gb_minutes"]
+    assert keepalive["600"]["idle_gb_minutes"] < keepalive["3600"]["idle_gb_minutes"]
+    assert keepalive["3600"]["metrics"]["cold_starts"] <= keepalive["60"]["metrics"]["cold_starts"]
+
+
+def test_sweep_command_refuses_an_unknown_policy(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,model\n1704067200,a\n")
+    result = CliRunner().invoke(_app(), ["sweep", "--trace", str(trace), "--policy", "nonesuch"])
+    assert result.exit_code != 0
+    assert "nonesuch" in str(result.exception) + result.output
