@@ -251,12 +251,19 @@ def test_a_timer_model_is_prewarmed_with_no_cold_start_and_far_less_idle_memory_
     assert set(histogram["idle_gb_minutes"]) == {"L0"}
 
 
-def test_a_memoryless_model_is_kept_alive_for_the_range_like_a_4_hour_keepalive() -> None:
+def test_a_memoryless_model_is_kept_alive_for_the_range_as_the_closed_form_says() -> None:
     rng = np.random.default_rng(8)
-    arrivals = DAY0 + np.cumsum(rng.exponential(60 * MIN, 8 * 24 * 2))
+    arrivals = DAY0 + np.cumsum(rng.exponential(60 * MIN, 8 * 24 * 3))
     arrivals = arrivals[arrivals < DAY0 + 8 * 86400]
-    out = _unlimited(_events(arrivals, "poisson"), "poisson", ["histogram", "keepalive:14400"])
-    histogram, keepalive = out["histogram"], out["keepalive:14400"]
-    assert histogram["requests"] > 10
-    assert histogram["cold_starts"] == keepalive["cold_starts"]
-    assert histogram["idle_gb_minutes"]["L0"] == pytest.approx(keepalive["idle_gb_minutes"]["L0"])
+    start, end = DAY0 + 7 * 86400, DAY0 + 8 * 86400
+    out = _unlimited(_events(arrivals, "poisson"), "poisson", ["histogram"])["histogram"]
+    # Keep-alive for the 4-hour range after every request: resident from each request until the next
+    # one or 4 hours later, whichever is first; cold when the last request was more than 4 hours ago.
+    before = arrivals[arrivals < start][-1]
+    window = arrivals[(arrivals >= start) & (arrivals < end)]
+    times = np.r_[before, window]
+    held_until = np.minimum(np.r_[times[1:], end], times + RANGE_S)
+    resident_s = np.clip(held_until, start, end) - np.clip(times, start, end)
+    assert out["requests"] == window.size > 10
+    assert out["cold_starts"] == int((np.diff(times) > RANGE_S).sum())
+    assert out["idle_gb_minutes"]["L0"] == pytest.approx(resident_s.sum() * 10 / 60)
