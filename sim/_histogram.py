@@ -35,12 +35,14 @@ re-plan but are not counted twice.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from models import ModelSpec
 from prewarm import HOP_INTO, ExecutorState, Hint, InvalidInput, Order, OrderAction, OrderReason, Tier
 from sim._policies import Policy, PolicyContext, PolicyInputs, knob_float, order_for, register_policy
 
@@ -78,22 +80,61 @@ class Windows:
     why: str
 
 
+class _Percentile:
+    """The bin where a histogram's cumulative count first reaches ``fraction`` of its total — what
+    ``np.searchsorted(np.cumsum(counts), fraction * total)`` gives — followed as counts are added: each
+    idle time moves it a bin or two at most, so re-planning after a request costs no pass over the bins."""
+
+    __slots__ = ("bin", "cum", "fraction")
+
+    def __init__(self, fraction: float) -> None:
+        self.fraction = fraction
+        self.bin = 0
+        self.cum = 0  # the cumulative count through ``bin``
+
+    def added(self, b: int, counts: list[int], total: int) -> None:
+        if b <= self.bin:
+            self.cum += 1
+        self.settle(counts, total)
+
+    def settle(self, counts: list[int], total: int) -> None:
+        threshold = self.fraction * total
+        while self.bin > 0 and self.cum - counts[self.bin] >= threshold:
+            self.cum -= counts[self.bin]
+            self.bin -= 1
+        while self.cum < threshold and self.bin < len(counts) - 1:
+            self.bin += 1
+            self.cum += counts[self.bin]
+
+    def reset(self, counts: list[int], total: int) -> None:
+        self.bin, self.cum = 0, counts[0]
+        self.settle(counts, total)
+
+
 class IdleHistogram:
     """One model's idle times: counts per 1-minute bin over ``range_min`` minutes, and those beyond.
 
-    The coefficient of variation is kept in O(1) per added idle time (a running sum of squared counts),
-    and the windows are cached until the next idle time, so re-planning after each request stays cheap.
+    Everything the windows need is kept up to date in O(1) per idle time (the count in range, a running
+    sum of squared counts for the coefficient of variation, the two percentile bins), so re-planning
+    after every request stays cheap: the simulator replays hundreds of thousands of requests.
     """
 
     def __init__(self, range_min: int = DEFAULT_RANGE_MIN) -> None:
         if range_min < 1:
             raise InvalidInput(f"the histogram's range is at least one minute, not {range_min}")
         self.range_min = range_min
-        self.counts: npt.NDArray[np.int64] = np.zeros(range_min, dtype=np.int64)
+        self._counts = [0] * range_min
         self.out_of_bounds = 0
         self._in_range = 0
         self._sum_sq = 0
-        self._windows: Windows | None = None
+        self._head = _Percentile(HEAD_PERCENTILE / 100.0)
+        self._tail = _Percentile(TAIL_PERCENTILE / 100.0)
+        self._windows: dict[tuple[bool, int, int], Windows] = {}
+
+    @property
+    def counts(self) -> npt.NDArray[np.int64]:
+        """The count of each bin (a copy)."""
+        return np.array(self._counts, dtype=np.int64)
 
     @property
     def observed(self) -> int:
@@ -104,21 +145,25 @@ class IdleHistogram:
         b = int(max(idle_s, 0.0) // BIN_S)
         if b >= self.range_min:
             self.out_of_bounds += 1
-        else:
-            c = int(self.counts[b])
-            self.counts[b] = c + 1
-            self._sum_sq += 2 * c + 1  # (c + 1)² - c²
-            self._in_range += 1
-        self._windows = None
+            return
+        counts = self._counts
+        c = counts[b]
+        counts[b] = c + 1
+        self._sum_sq += 2 * c + 1  # (c + 1)² - c²
+        self._in_range += 1
+        self._head.added(b, counts, self._in_range)
+        self._tail.added(b, counts, self._in_range)
 
     def add_many(self, idle_s: npt.NDArray[np.float64]) -> None:
         bins = (np.maximum(idle_s, 0.0) // BIN_S).astype(np.int64)
         inside = bins < self.range_min
         self.out_of_bounds += int((~inside).sum())
-        self.counts += np.bincount(bins[inside], minlength=self.range_min)
-        self._in_range = int(self.counts.sum())
-        self._sum_sq = int((self.counts * self.counts).sum())
-        self._windows = None
+        merged = self.counts + np.bincount(bins[inside], minlength=self.range_min)
+        self._counts = [int(c) for c in merged]
+        self._in_range = int(merged.sum())
+        self._sum_sq = int((merged * merged).sum())
+        self._head.reset(self._counts, self._in_range)
+        self._tail.reset(self._counts, self._in_range)
 
     def cv(self) -> float:
         """Coefficient of variation of the bin counts across the range (0 when every bin is empty)."""
@@ -126,18 +171,16 @@ class IdleHistogram:
             return 0.0
         n = self.range_min
         mean = self._in_range / n
-        var = max(self._sum_sq / n - mean * mean, 0.0)
-        return float(np.sqrt(var) / mean)
+        return math.sqrt(max(self._sum_sq / n - mean * mean, 0.0)) / mean
 
     def out_of_bounds_share(self) -> float:
         return self.out_of_bounds / self.observed if self.observed else 0.0
 
-    def windows(self) -> Windows:
-        if self._windows is None:
-            self._windows = self._compute()
-        return self._windows
+    def percentile_bins(self) -> tuple[int, int]:
+        """The bins of the 5th and the 99th percentile of the idle times in range."""
+        return self._head.bin, self._tail.bin
 
-    def _compute(self) -> Windows:
+    def windows(self) -> Windows:
         fallback = self.range_min * 60.0
         if self.observed < MIN_IDLE_TIMES:
             return Windows(0.0, fallback, False, f"{self.observed} idle times, fewer than {MIN_IDLE_TIMES}")
@@ -147,12 +190,16 @@ class IdleHistogram:
         cv = self.cv()
         if cv < MIN_CV:
             return Windows(0.0, fallback, False, f"bin counts' CV {cv:.2f} below {MIN_CV}")
-        cum = np.cumsum(self.counts)
-        head_bin = int(np.searchsorted(cum, HEAD_PERCENTILE / 100.0 * self._in_range, side="left"))
-        tail_bin = int(np.searchsorted(cum, TAIL_PERCENTILE / 100.0 * self._in_range, side="left"))
-        head = head_bin * BIN_S * (1.0 - MARGIN)
-        tail = (tail_bin + 1) * BIN_S * (1.0 + MARGIN)
-        return Windows(head, tail, True, f"p5 bin {head_bin} min, p99 bin {tail_bin} min")
+        key = (True, self._head.bin, self._tail.bin)
+        w = self._windows.get(key)
+        if w is None:
+            head_bin, tail_bin = self._head.bin, self._tail.bin
+            head = head_bin * BIN_S * (1.0 - MARGIN)
+            tail = (tail_bin + 1) * BIN_S * (1.0 + MARGIN)
+            w = self._windows[key] = Windows(
+                head, tail, True, f"p5 bin {head_bin} min, p99 bin {tail_bin} min"
+            )
+        return w
 
 
 class HistogramPolicy(Policy):
@@ -165,7 +212,10 @@ class HistogramPolicy(Policy):
         self.name = name or ("histogram" if range_min == DEFAULT_RANGE_MIN else f"histogram:{range_min}")
         self._hist: dict[str, IdleHistogram] = {}
         self._last: dict[str, float] = {}
-        self._live: dict[str, frozenset[str]] = {}
+        self._live: dict[str, tuple[str, ...]] = {}
+        self._specs: dict[str, ModelSpec] = {}
+        self._start = float("inf")
+        self._unload = (OrderAction.EVICT, Tier.L0)
         self._plan: dict[str, tuple[float, Windows]] = {}  # each model's latest plan: when, and windows
         self._ctx: PolicyContext | None = None
 
@@ -178,6 +228,10 @@ class HistogramPolicy(Policy):
 
     def prepare(self, ctx: PolicyContext) -> None:
         self._ctx = ctx
+        self._start = ctx.start
+        self._specs = {spec.id: spec for spec in ctx.catalog}
+        # One tier down on a cluster (the design's demotion); out of the only tier under --unlimited.
+        self._unload = (OrderAction.EVICT, Tier.L0) if ctx.unlimited else (OrderAction.DEMOTE, Tier.L1)
         ts, models = ctx.history
         if len(ts) == 0:
             return
@@ -196,49 +250,35 @@ class HistogramPolicy(Policy):
                 self.histogram(model).add_many(gaps[lo : hi - 1])
 
     def on_request(self, model: str, at: float, node: str) -> list[Order]:
-        ctx = self._ctx
-        if ctx is None:
-            raise RuntimeError("HistogramPolicy.on_request before prepare")
-        spec = ctx.catalog.get(model)
+        spec = self._specs.get(model)
         if spec is None:
+            if self._ctx is None:
+                raise RuntimeError("HistogramPolicy.on_request before prepare")
             return []
-        hist = self.histogram(model)
+        hist = self._hist.get(model) or self.histogram(model)
         last = self._last.get(model)
         # Training-span requests replayed in the warm-up were learned in prepare: re-plan, do not re-count.
-        if at >= ctx.start and last is not None:
+        if last is not None and at >= self._start:
             hist.add(at - last)
         if last is None or at > last:
             self._last[model] = at
         w = hist.windows()
-        # One tier down on a cluster (the design's demotion); out of the only tier under --unlimited.
-        unload_action, unload_tier = (
-            (OrderAction.EVICT, Tier.L0) if ctx.unlimited else (OrderAction.DEMOTE, Tier.L1)
-        )
-        orders: list[Order] = []
+        action, tier = self._unload
+        keep = order_for(node, spec, action, tier, at + w.keepalive_s, reason=OrderReason.CAPACITY)
+        orders = [keep]
         if w.prewarm_s > 0:
             # Unloaded once this request is served: at once when it found the model in GPU memory, else
             # when its load is in (a copy still loading cannot be demoted). Kept when that is past the head.
             served = at + self._load_s(model, at, spec.size_bytes)
             if served < at + w.prewarm_s:
-                orders.append(
-                    order_for(node, spec, unload_action, unload_tier, served, reason=OrderReason.CAPACITY)
+                unload = order_for(node, spec, action, tier, served, reason=OrderReason.CAPACITY)
+                load = order_for(
+                    node, spec, OrderAction.PREFETCH, Tier.L0, at + w.prewarm_s, reason=OrderReason.FORECAST
                 )
-                orders.append(
-                    order_for(
-                        node,
-                        spec,
-                        OrderAction.PREFETCH,
-                        Tier.L0,
-                        at + w.prewarm_s,
-                        reason=OrderReason.FORECAST,
-                    )
-                )
-        orders.append(
-            order_for(node, spec, unload_action, unload_tier, at + w.keepalive_s, reason=OrderReason.CAPACITY)
-        )
+                orders = [unload, load, keep]
         self._plan[model] = (at, w)
         # A later request for the model re-plans: only the orders of its latest plan are still wanted.
-        self._live[model] = frozenset(o.id for o in orders)
+        self._live[model] = tuple(o.id for o in orders)
         return orders
 
     def _load_s(self, model: str, at: float, size: int) -> float:
@@ -257,7 +297,7 @@ class HistogramPolicy(Policy):
         return sum(size / rate + ctx.hop_overhead_s for rate in rates if rate > 0)
 
     def still_wanted(self, order: Order, now: float) -> bool:
-        return order.id in self._live.get(order.model, frozenset())
+        return order.id in self._live.get(order.model, ())
 
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
         return []

@@ -5,6 +5,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models import Catalog, ModelSpec
 from prewarm import InvalidInput, OrderAction, Tier
@@ -80,6 +82,29 @@ def test_added_one_at_a_time_or_all_at_once_the_histogram_is_the_same() -> None:
     assert one.cv() == pytest.approx(many.cv())
     assert one.cv() == pytest.approx(float(np.std(many.counts) / np.mean(many.counts)))
     assert one.windows() == many.windows()
+
+
+def _reference_bins(idle_s: list[float], range_min: int) -> tuple[int, int]:
+    """The p5 and p99 bins computed from scratch, as the paper reads them off the histogram."""
+    bins = np.array([int(x // MIN) for x in idle_s if x // MIN < range_min], dtype=np.int64)
+    cum = np.cumsum(np.bincount(bins, minlength=range_min))
+    n = int(cum[-1])
+    return int(np.searchsorted(cum, 0.05 * n)), int(np.searchsorted(cum, 0.99 * n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(min_value=0, max_value=90 * MIN) | st.sampled_from([5 * MIN, 40 * MIN]), max_size=400),
+    st.integers(min_value=1, max_value=60),
+)
+def test_percentile_bins_followed_one_idle_time_at_a_time_match_a_pass_over_the_bins(
+    idle_s: list[float], range_min: int
+) -> None:
+    h = IdleHistogram(range_min)
+    for i, x in enumerate(idle_s):
+        h.add(x)
+        if i % 7 == 0 or i == len(idle_s) - 1:
+            assert h.percentile_bins() == _reference_bins(idle_s[: i + 1], range_min)
 
 
 def test_a_pattern_with_no_head_keeps_the_model_from_the_request_on() -> None:
