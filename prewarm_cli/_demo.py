@@ -5,7 +5,7 @@
 3. demand      a week of synthetic gateway traffic for a mixed fleet, counted per minute into SQLite
 4. forecaster  per-model family selection by backtest, logged to a local MLflow file store
 5. scheduler   a product-page hint turned into timed orders, applied by the executor
-6. simulation  the next morning replayed through the real scheduler and through the reactive baseline
+6. simulation  the next morning replayed through the real scheduler and every baseline policy
 """
 
 from __future__ import annotations
@@ -155,17 +155,18 @@ def demo(
 
     # 6. simulation ----------------------------------------------------------------------------------
     from prewarm_cli._sim import render_table
-    from sim import default_cluster, run_policies, virtual_catalog
+    from sim import available, default_cluster, run_policies, virtual_catalog
 
     start = DEMO_START + (days - 1) * 86400 + 6 * 3600
     reports = run_policies(
         trace.events,
         virtual_catalog(trace.models),
         default_cluster(nodes=1),
-        PlannerConfig.from_settings(settings.scheduler),
-        bundle.predict,
+        available(),
         start=start,
         end=start + sim_hours * 3600,
+        forecasts=bundle.predict,
+        planner=PlannerConfig.from_settings(settings.scheduler),
     )
     _say(
         "simulation",

@@ -1,17 +1,25 @@
 """Trace-driven cluster simulation: the real planner against baseline policies on a virtual clock.
 
-    report = simulate(PrewarmPolicy(catalog, cluster, PlannerConfig(), bundle.predict), cluster, catalog,
-                      trace.timestamp, trace.model, start=t0, end=t1)
+    results = run_policies(events, catalog, cluster, ["reactive", "keepalive:600", "oracle", "prewarm"],
+                           start=cut, end=cut + 48 * 3600, forecasts=bundle.predict)
+    results["keepalive:600"].to_json()    # the metrics of one policy
 
-``World`` plays the executors (bytes per tier per node, transfer times from bandwidth, LRU when an order
-does not fit); ``Policy`` is the one interface a compared policy implements.
+``World`` plays the executors (GPU memory per GPU, host and disk caches per node, transfers sharing a
+link's bandwidth, the executor's rules from the spine); ``UnlimitedWorld`` is the serverless comparison
+(one tier without limit, instant loads). ``Policy`` is the one interface a compared policy implements;
+``make_policy`` builds one from its label and ``register_policy`` adds a kind. ``SimMetrics`` is the one
+definition of what a run measured, for every policy.
 """
 
 from __future__ import annotations
 
+from sim._hints import read_hints
 from sim._histogram import HistogramPolicy, IdleHistogram, Windows
+from sim._metrics import SimMetrics, metrics
+from sim._oracle import OraclePolicy
 from sim._policies import (
     DEFAULT_POLICIES,
+    UNLIMITED_NODE,
     KeepAlivePolicy,
     NodeShape,
     Policy,
@@ -27,42 +35,50 @@ from sim._policies import (
     register_policy,
 )
 from sim._prewarm import PrewarmPolicy
-from sim._run import SimReport, compare, run_policies, simulate
+from sim._run import WARMUP_S, Progress, available, compare, make_world, run_policies, simulate
 from sim._scenario import DEFAULT_SIZES, default_cluster, virtual_catalog
 from sim._sweep import DEFAULT_KNOBS, SweepPoint, SweepResult, dominated, label_grid, pareto_front, sweep
-from sim._world import Served, SimNode, World
+from sim._unlimited import UnlimitedWorld
+from sim._world import World
 
 __all__ = [
     "DEFAULT_KNOBS",
     "DEFAULT_POLICIES",
     "DEFAULT_SIZES",
+    "UNLIMITED_NODE",
+    "WARMUP_S",
     "HistogramPolicy",
     "IdleHistogram",
     "KeepAlivePolicy",
     "NodeShape",
+    "OraclePolicy",
     "Policy",
     "PolicyContext",
     "PolicyFactory",
     "PolicyInputs",
     "PrewarmPolicy",
+    "Progress",
     "ReactivePolicy",
     "Requests",
-    "Served",
-    "SimNode",
-    "SimReport",
+    "SimMetrics",
     "SweepPoint",
     "SweepResult",
+    "UnlimitedWorld",
     "Windows",
     "World",
+    "available",
     "compare",
     "default_cluster",
     "dominated",
     "knob_float",
     "label_grid",
     "make_policy",
+    "make_world",
+    "metrics",
     "order_for",
     "pareto_front",
     "policy_kinds",
+    "read_hints",
     "register_policy",
     "run_policies",
     "simulate",

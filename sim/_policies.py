@@ -96,6 +96,11 @@ class PolicyContext:
     cluster's, so that a planner values a cold start at what a real load would cost)."""
     hop_overhead_s: float = 0.5
     """Fixed cost the world adds to each hop of a load, on top of bytes / bandwidth."""
+    tick_s: float = 60.0
+    """How often ``Policy.tick`` is called."""
+    closest: Callable[[str, str], Tier] | None = None
+    """``closest(node, model)``: the closest tier of the node holding the model now (L3: none), as the
+    node itself knows; for a baseline that unloads only what is still loaded."""
 
 
 class Policy(ABC):
@@ -176,24 +181,31 @@ class KeepAlivePolicy(Policy):
         self.name = name or f"keepalive:{ttl_s:g}"
         self._catalog: Catalog | None = None
         self._unlimited = False
-        self._last: dict[str, float] = {}
+        self._due: dict[str, float] = {}  # model -> when its latest request's timer runs out
+        self._closest: Callable[[str, str], Tier] | None = None
 
     def prepare(self, ctx: PolicyContext) -> None:
         self._catalog = ctx.catalog
         self._unlimited = ctx.unlimited
+        self._closest = ctx.closest
 
     def on_request(self, model: str, at: float, node: str) -> list[Order]:
-        self._last[model] = at
         if self._catalog is None:
             raise RuntimeError("KeepAlivePolicy.prepare was not called")
         spec = self._catalog[model]
         # One tier down on a cluster (the design's demotion); out of the only tier under --unlimited.
         action, tier = (OrderAction.EVICT, Tier.L0) if self._unlimited else (OrderAction.DEMOTE, Tier.L1)
-        return [order_for(node, spec, action, tier, at + self.ttl_s, reason=OrderReason.CAPACITY)]
+        # Due just after at + TTL: a request exactly TTL after this one still finds it (a timer every
+        # TTL seconds stays warm), though orders due at an instant are applied before its requests.
+        due = float(np.nextafter(at + self.ttl_s, np.inf))
+        self._due[model] = due
+        return [order_for(node, spec, action, tier, due, reason=OrderReason.CAPACITY)]
 
     def still_wanted(self, order: Order, now: float) -> bool:
-        # A later request restarted the timer: its own order replaces this one.
-        return self._last.get(order.model, -np.inf) <= order.created_at
+        if order.not_before < self._due.get(order.model, -np.inf):
+            return False  # a later request restarted the timer: its own order replaces this one
+        # A demotion of a model the LRU already moved out of GPU memory would load it back to L1.
+        return self._closest is None or self._closest(order.node, order.model) is Tier.L0
 
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
         return []

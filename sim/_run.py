@@ -1,142 +1,243 @@
-"""The simulation driver: replay a request trace against a policy on a virtual clock, and report."""
+"""The simulation driver: replay a request trace through a world under a policy, on a virtual clock.
+
+    results = run_policies(events, catalog, cluster, ["reactive", "keepalive:600", "oracle"],
+                           start=cut, end=cut + 48 * 3600)
+
+Each policy starts from the state it reaches at the end of training: the last ``warmup_s`` of the
+training span (at least the longest policy memory, 4 hours) is replayed through it uncounted, so a model
+used minutes before the cut is not cold at the cut. In the window the policy is ticked every ``tick_s``
+with the nodes' reports and the hints received since, told of every request once it is served, and its
+orders are applied when due (a delayed one only if the policy ``still_wanted`` it). At the end the loads
+requests still wait for are played out, so that every wait is known.
+"""
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+import copy
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from models import Catalog
-from prewarm import Hint, Order, Tier
+from prewarm import ExecutorState, Hint, InvalidInput, Order, OrderStatus, Tier
 from scheduler import Cluster, PlannerConfig
-from sim._policies import ForecastSource, NodeShape, Policy, PolicyContext, ReactivePolicy
-from sim._prewarm import PrewarmPolicy
+from sim._links import Clock
+from sim._metrics import Record, SimMetrics, metrics
+from sim._policies import (
+    DEFAULT_POLICIES,
+    ForecastSource,
+    NodeShape,
+    Policy,
+    PolicyContext,
+    make_policy,
+    policy_kinds,
+)
+from sim._unlimited import UnlimitedWorld
 from sim._world import World
 
-__all__ = ["SimReport", "compare", "run_policies", "simulate"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["WARMUP_S", "Progress", "compare", "run_policies", "simulate"]
+
+WARMUP_S = 4 * 3600.0
+"""How much of the training span each policy replays before the cut."""
+
+Progress = Callable[[str, float], None]
+"""``progress(label, fraction of the window simulated)``, called now and then."""
 
 
-@dataclass(frozen=True)
-class SimReport:
-    policy: str
-    requests: int
-    cold_starts: int
-    wait_total_s: float
-    wait_mean_s: float
-    wait_p50_s: float
-    wait_p95_s: float
-    wait_p99_s: float
-    served_from: dict[str, int]
-    prefetches: int
-    mispredictions: int
-    queued_loads: int
-    failed_orders: int
-    bytes_moved: int
-    over_commit_bytes: int
-    """Bytes the executors' LRU had to displace to apply this policy's orders (0 for a correct plan)."""
-    orders: int
+class SimWorld(Protocol):
+    """What the driver needs of a world (``World`` or ``UnlimitedWorld``)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    unlimited: bool
+    hop_overhead_s: float
+    clock: Clock
+    record: Record
+    catalog: Catalog
+    bandwidth: dict[str, float]
+    waiting: int
+
+    @property
+    def shapes(self) -> Mapping[str, NodeShape]: ...
+
+    def fits(self, model: str) -> bool: ...
+
+    def closest(self, node: str, model: str) -> Tier: ...
+
+    def request(self, model: str, at: float) -> str: ...
+
+    def apply(self, order: Order, now: float) -> OrderStatus: ...
+
+    def reports(self, now: float) -> Mapping[str, ExecutorState]: ...
+
+    def finish(self) -> None: ...
+
+
+def make_world(
+    catalog: Catalog, cluster: Cluster | None, *, start: float, end: float, unlimited: bool
+) -> SimWorld:
+    """The world a run plays in: the cluster, or the unlimited node (with the cluster's bandwidth in its
+    reports, the default cluster's when none is given)."""
+    from sim._scenario import default_cluster
+
+    cluster = cluster or default_cluster()
+    if unlimited:
+        return UnlimitedWorld(catalog, cluster.bandwidth.hops(), start=start, end=end)
+    return World(cluster, catalog, start=start, end=end)
+
+
+def _sorted(timestamps: npt.ArrayLike, models: Sequence[str] | npt.ArrayLike) -> tuple[Any, Any]:
+    ts = np.asarray(timestamps, dtype=np.float64)
+    names = np.asarray(models, dtype=str)
+    order = np.argsort(ts, kind="stable")
+    return ts[order], names[order]
 
 
 def simulate(
     policy: Policy,
-    cluster: Cluster,
-    catalog: Catalog,
+    world: SimWorld,
     timestamps: npt.ArrayLike,
-    models: Sequence[str],
+    models: Sequence[str] | npt.ArrayLike,
+    *,
+    tick_s: float = 60.0,
+    hints: Sequence[Hint] = (),
+    warmup_s: float = WARMUP_S,
+    progress: Progress | None = None,
+) -> SimMetrics:
+    """Replay requests (``timestamps[i]`` for ``models[i]``) in the world's window under ``policy``.
+
+    Requests for models outside the world's catalog are ignored (a trace may hold more than the platform
+    serves); one for a model no node's GPUs can hold is ``InvalidInput``.
+    """
+    start, end = world.record.start, world.record.end
+    ts, names = _sorted(timestamps, models)
+    known = np.isin(names, [spec.id for spec in world.catalog])
+    ts, names = ts[known], names[known]
+    begin = start - warmup_s
+    lo, cut, hi = np.searchsorted(ts, [begin, start, end], side="left")
+    unfit = sorted(m for m in set(names[lo:hi].tolist()) if not world.fits(m))
+    if unfit:
+        raise InvalidInput(f"no node's GPUs can hold {', '.join(unfit)}", reason="capacity")
+    window = (ts[cut:hi], names[cut:hi])
+    policy.prepare(
+        PolicyContext(
+            catalog=world.catalog,
+            nodes=world.shapes,
+            unlimited=world.unlimited,
+            start=start,
+            end=end,
+            history=(ts[:cut], names[:cut]),
+            future=window if policy.clairvoyant else None,
+            bandwidth=dict(world.bandwidth),
+            hop_overhead_s=world.hop_overhead_s,
+            tick_s=tick_s,
+            closest=world.closest,
+        )
+    )
+    clock, record = world.clock, world.record
+    clock.now = begin
+    pending = sorted(hints, key=lambda h: h.received_at if h.received_at is not None else begin)
+    hint_pos = 0
+
+    def due(order: Order) -> None:
+        now = clock.now
+        if now < end and policy.still_wanted(order, now):
+            world.apply(order, now)
+
+    def schedule(orders: list[Order]) -> None:
+        now = clock.now
+        for order in orders:
+            if record.start <= now < end:
+                record.orders += 1
+            clock.at(max(order.not_before, now), due, order)
+
+    def tick(_: None) -> None:
+        nonlocal hint_pos
+        now = clock.now
+        if now >= end:
+            return
+        fresh: list[Hint] = []
+        while hint_pos < len(pending):
+            at = pending[hint_pos].received_at
+            if at is not None and at > now:
+                break
+            fresh.append(pending[hint_pos])
+            hint_pos += 1
+        schedule(policy.tick(now, world.reports(now), fresh))
+        clock.at(now + tick_s, tick)
+
+    clock.at(clock.now, tick)
+    heap = clock.heap  # the hot loop peeks at the heap itself: a request between events costs no call
+    request, on_request = world.request, policy.on_request
+    every = max((hi - lo) // 50, 1)
+    label = policy.name
+    for k, (t, model) in enumerate(zip(ts[lo:hi].tolist(), names[lo:hi].tolist(), strict=True)):
+        if heap and heap[0][0] <= t:
+            clock.run_until(t)
+        clock.now = t
+        orders = on_request(model, t, request(model, t))
+        if orders:
+            schedule(orders)
+        if progress is not None and k % every == 0 and t >= start:
+            progress(label, (t - start) / (end - start))
+    clock.run_until(end)
+    # Play out the loads requests still wait for (no policy acts any more), so every wait is known.
+    while world.waiting > 0 and clock.step():
+        pass
+    world.finish()
+    if progress is not None:
+        progress(label, 1.0)
+    return metrics(label, record, unlimited=world.unlimited)
+
+
+def run_policies(
+    events: Any,
+    catalog: Catalog,
+    cluster: Cluster | None,
+    labels: Sequence[str],
     *,
     start: float,
     end: float,
-    tick_s: float = 60.0,
+    forecasts: ForecastSource | None = None,
+    planner: PlannerConfig | None = None,
     hints: Sequence[Hint] = (),
-) -> SimReport:
-    """Replay requests (``timestamps[i]`` for ``models[i]``) in ``[start, end)`` under ``policy``.
-
-    Every ``tick_s`` the policy sees the nodes' reports and the hints received since the last tick; its
-    orders are applied when their ``not_before`` comes. Requests for models outside the catalog are
-    ignored (a trace may hold more than the platform serves).
-    """
-    ts = np.asarray(timestamps, dtype=np.float64)
-    order = np.argsort(ts, kind="stable")
-    world = World(cluster, catalog)
-    empty: tuple[npt.NDArray[np.float64], npt.NDArray[np.str_]] = (np.array([]), np.array([], dtype=str))
-    shapes = {
-        n.name: NodeShape(
-            n.name, tuple(g.memory_bytes for g in n.gpus), n.host_cache_bytes, n.disk_cache_bytes
+    unlimited: bool = False,
+    progress: Progress | None = None,
+    tick_s: float = 60.0,
+    warmup_s: float = WARMUP_S,
+) -> dict[str, SimMetrics]:
+    """Every policy of ``labels`` over ``events`` (``timestamp``, ``model``) in [start, end), each in a
+    fresh world of the same cluster (default: ``default_cluster()``) and catalog, keyed by its label."""
+    if len(set(labels)) != len(labels):
+        raise InvalidInput(f"policy labels repeat: {', '.join(labels)}")
+    ts = events["timestamp"].to_numpy(dtype=np.float64)
+    names = events["model"].astype(str).to_numpy()
+    out: dict[str, SimMetrics] = {}
+    for label in labels:
+        # A source that learns from what it observes is copied per policy: two runs never share it.
+        source = copy.deepcopy(forecasts) if hasattr(forecasts, "observe") else forecasts
+        policy = make_policy(label, forecasts=source, planner=planner)
+        world = make_world(catalog, cluster, start=start, end=end, unlimited=unlimited)
+        out[label] = simulate(
+            policy,
+            world,
+            ts,
+            names,
+            tick_s=tick_s,
+            hints=hints,
+            warmup_s=warmup_s,
+            progress=progress,
         )
-        for n in cluster.nodes
-    }
-    policy.prepare(
-        PolicyContext(catalog, shapes, False, start, end, empty, None, bandwidth=cluster.bandwidth.hops())
-    )
-    due: list[tuple[float, int, Order]] = []
-    seq = itertools.count()
-    pending_hints = sorted(hints, key=lambda h: h.received_at or start)
-    hint_pos = 0
-    orders = 0
-    i = int(np.searchsorted(ts[order], start))
-    t = start
-    while t < end:
-        window_hints = []
-        while hint_pos < len(pending_hints) and (pending_hints[hint_pos].received_at or start) <= t:
-            window_hints.append(pending_hints[hint_pos])
-            hint_pos += 1
-        for new in policy.tick(t, world.reports(t), window_hints):
-            heapq.heappush(due, (new.not_before, next(seq), new))
-            orders += 1
-        step_end = min(t + tick_s, end)
-        while i < len(order) and ts[order[i]] < step_end:
-            at = float(ts[order[i]])
-            while due and due[0][0] <= at:
-                when, _, o = heapq.heappop(due)
-                world.apply(o, max(when, t))
-            model = models[int(order[i])]
-            if model in catalog:
-                world.request(model, at)
-            i += 1
-        while due and due[0][0] < step_end:
-            when, _, o = heapq.heappop(due)
-            world.apply(o, max(when, t))
-        t = step_end
-    world.finish()
-    return _report(policy.name, world, orders)
+    return out
 
 
-def _report(name: str, world: World, orders: int) -> SimReport:
-    waits = np.array([s.wait_s for s in world.served], dtype=np.float64)
-    served: dict[str, int] = {t.value: 0 for t in Tier}
-    for s in world.served:
-        served[s.served_from.value] += 1
-    totals = world.totals()
-
-    def pct(q: float) -> float:
-        return float(np.percentile(waits, q)) if waits.size else 0.0
-
-    return SimReport(
-        policy=name,
-        requests=int(waits.size),
-        cold_starts=int((waits > 0).sum()),
-        wait_total_s=float(waits.sum()),
-        wait_mean_s=float(waits.mean()) if waits.size else 0.0,
-        wait_p50_s=pct(50),
-        wait_p95_s=pct(95),
-        wait_p99_s=pct(99),
-        served_from=served,
-        prefetches=totals["prefetches"],
-        mispredictions=totals["mispredictions"],
-        queued_loads=totals["queued_loads"],
-        failed_orders=totals["failed_orders"],
-        bytes_moved=totals["bytes_moved"],
-        over_commit_bytes=totals["over_commit_bytes"],
-        orders=orders,
-    )
+def available(labels: Sequence[str] = DEFAULT_POLICIES) -> list[str]:
+    """The labels whose kind is registered (the default list names policies other modules add)."""
+    kinds = set(policy_kinds())
+    return [label for label in labels if label.partition(":")[0] in kinds]
 
 
 def compare(
@@ -147,12 +248,17 @@ def compare(
     sim_hours: float,
     catalog: Catalog | None = None,
     cluster: Cluster | None = None,
+    labels: Sequence[str] | None = None,
+    hints: Sequence[Hint] = (),
+    unlimited: bool = False,
     families: Sequence[str] | None = None,
-) -> dict[str, SimReport]:
+    progress: Progress | None = None,
+) -> dict[str, SimMetrics]:
     """Fit the forecaster on the first ``train_days`` of ``events``, then simulate ``sim_hours`` after
-    that under the reactive baseline and under prewarm, on the same cluster and catalog."""
+    that under each policy of ``labels`` (default: every registered one of ``DEFAULT_POLICIES``)."""
+    import forecaster
     from forecaster import History, SelectionConfig, fit_bundle
-    from sim._scenario import default_cluster, virtual_catalog
+    from sim._scenario import virtual_catalog
 
     history = History.from_events(events)
     cut = history.start + train_days * 86400
@@ -161,27 +267,19 @@ def compare(
     bundle = fit_bundle(
         train, config, bucket_s=settings.forecast.bucket_s, horizon_s=settings.forecast.horizon_s
     )
-    catalog = catalog or virtual_catalog(history.models)
-    cluster = cluster or default_cluster()
-    planner = PlannerConfig.from_settings(settings.scheduler)
+    # Forecasts conditioned on what was observed since training, where the forecaster offers them.
+    live = getattr(forecaster, "LiveForecasts", None)
+    source: ForecastSource = live(bundle) if live is not None else bundle.predict
     return run_policies(
-        events, catalog, cluster, planner, bundle.predict, start=cut, end=cut + sim_hours * 3600
+        events,
+        catalog or virtual_catalog(history.models),
+        cluster,
+        list(labels) if labels is not None else available(),
+        start=cut,
+        end=cut + sim_hours * 3600,
+        forecasts=source,
+        planner=PlannerConfig.from_settings(settings.scheduler),
+        hints=hints,
+        unlimited=unlimited,
+        progress=progress,
     )
-
-
-def run_policies(
-    events: Any,
-    catalog: Catalog,
-    cluster: Cluster,
-    planner: PlannerConfig,
-    forecasts: ForecastSource | None,
-    *,
-    start: float,
-    end: float,
-) -> dict[str, SimReport]:
-    """The reactive baseline and prewarm over ``events`` (``timestamp``, ``model``) in [start, end), on
-    the same cluster and catalog."""
-    ts = events["timestamp"].to_numpy()
-    names = events["model"].astype(str).to_numpy()
-    policies: list[Policy] = [ReactivePolicy(), PrewarmPolicy(planner, forecasts)]
-    return {p.name: simulate(p, cluster, catalog, ts, names, start=start, end=end) for p in policies}

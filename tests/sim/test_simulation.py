@@ -7,7 +7,7 @@ import numpy as np
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec
 from scheduler import Cluster, PlannerConfig
-from sim import PrewarmPolicy, ReactivePolicy, SimReport, simulate
+from sim import PrewarmPolicy, ReactivePolicy, SimMetrics, World, simulate
 
 GB = 10**9
 DAY0 = 1_704_067_200.0  # Monday 00:00 UTC
@@ -55,7 +55,7 @@ def _run(
     forecasts: Callable[[float], Mapping[str, ModelForecast]] | None = None,
     start: float = SURGE - 3600,
     end: float = SURGE + 1800,
-) -> SimReport:
+) -> SimMetrics:
     policy = (
         ReactivePolicy()
         if policy_name == "reactive"
@@ -63,7 +63,7 @@ def _run(
     )
     ts = [t for t, _ in requests]
     models = [m for _, m in requests]
-    return simulate(policy, cluster, catalog, ts, models, start=start, end=end)
+    return simulate(policy, World(cluster, catalog, start=start, end=end), ts, models)
 
 
 def test_reactive_baseline_pays_the_full_cold_start() -> None:
@@ -145,15 +145,13 @@ def test_prewarm_beats_the_reactive_baseline_on_a_synthetic_day() -> None:
     catalog, cluster = virtual_catalog(trace.models), default_cluster(2)
     start = trace.start + 7 * 86400
     ts, names = trace.events.timestamp.to_numpy(), trace.events.model.astype(str).to_numpy()
-    reactive = simulate(ReactivePolicy(), cluster, catalog, ts, names, start=start, end=start + 6 * 3600)
+    end = start + 6 * 3600
+    reactive = simulate(ReactivePolicy(), World(cluster, catalog, start=start, end=end), ts, names)
     prewarm = simulate(
         PrewarmPolicy(PlannerConfig(), bundle.predict),
-        cluster,
-        catalog,
+        World(cluster, catalog, start=start, end=end),
         ts,
         names,
-        start=start,
-        end=start + 6 * 3600,
     )
     assert prewarm.wait_total_s < 0.7 * reactive.wait_total_s
     assert prewarm.wait_p99_s < reactive.wait_p99_s

@@ -1,84 +1,249 @@
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
+import pytest
+
 from models import Catalog, ModelSpec
-from prewarm import ExecutorState, Hint, Order, OrderAction, OrderReason, Tier
+from prewarm import ExecutorState, Hint, InvalidInput, Order, OrderAction, OrderReason, Tier
 from scheduler import Cluster
-from sim import Policy, World, simulate
+from sim import Policy, World, order_for, simulate
 
 GB = 10**9
 T0 = 1_704_099_600.0
 SETTLED = T0 + 3600  # every transfer started at T0 has landed
+FAST = 10**15  # a link so fast that only the one under test takes time
 
 
-def _catalog() -> Catalog:
+def _catalog(sizes: Mapping[str, int]) -> Catalog:
     return Catalog(
-        ModelSpec(id=m, version="1", uri=f"s3://b/{m}.safetensors", size_bytes=60 * GB) for m in "abc"
+        ModelSpec(id=m, version="1", uri=f"s3://b/{m}.safetensors", size_bytes=s) for m, s in sizes.items()
     )
 
 
-def _cluster() -> Cluster:
-    # One 80 GB GPU and 100 GB of host memory: room for one 60 GB model in each.
+def _cluster(
+    gpus: Sequence[str] = ("80GB",),
+    host: str = "100GB",
+    *,
+    l3: float = 1e9,
+    l2: float = 7e9,
+    l1: float = 50e9,
+    nodes: int = 1,
+) -> Cluster:
     return Cluster.from_data(
         {
             "nodes": [
                 {
-                    "name": "n1",
-                    "gpus": [{"memory_bytes": "80GB"}],
-                    "host_cache_bytes": "100GB",
+                    "name": f"n{k + 1}",
+                    "gpus": [{"memory_bytes": g} for g in gpus],
+                    "host_cache_bytes": host,
                     "disk_cache_bytes": "2TB",
                 }
+                for k in range(nodes)
             ],
-            "bandwidth": {"l3_bytes_per_s": "1GB/s", "l2_bytes_per_s": "7GB/s", "l1_bytes_per_s": "50GB/s"},
+            "bandwidth": {"l3_bytes_per_s": l3, "l2_bytes_per_s": l2, "l1_bytes_per_s": l1},
         }
     )
 
 
-def _world() -> World:
-    return World(_cluster(), _catalog())
+def _world(cluster: Cluster, catalog: Catalog, *, overhead: float = 0.0) -> World:
+    return World(cluster, catalog, start=T0, end=T0 + 86400, hop_overhead_s=overhead)
 
 
-def _order(model: str, action: OrderAction, tier: Tier, at: float) -> Order:
-    return Order(
-        id=f"{model}-{action}-{tier}-{at}",
-        node="n1",
-        model=model,
-        version="1",
-        action=action,
-        tier=tier,
-        reason=OrderReason.FORECAST,
-        not_before=at,
-        deadline=at + 600,
-        created_at=at,
-    )
+def _request(world: World, model: str, at: float) -> str:
+    world.clock.run_until(at)
+    return world.request(model, at)
+
+
+def _settle(world: World) -> None:
+    while world.clock.step():
+        pass
+
+
+def _waits(world: World) -> list[float]:
+    return list(world.record.req_wait)
+
+
+def _l0(world: World, node: str = "n1") -> dict[str, list[int]]:
+    report = world.reports(world.clock.now)[node]
+    tier = report.tier(Tier.L0)
+    assert tier is not None
+    return {r.model: r.gpus for r in tier.resident}
+
+
+def _order(model: str, action: OrderAction, tier: Tier, at: float, catalog: Catalog) -> Order:
+    return order_for("n1", catalog[model], action, tier, at, reason=OrderReason.FORECAST)
+
+
+# ------------------------------------------------------------------ GPU memory per GPU
+
+
+def test_a_model_larger_than_one_gpu_takes_equal_shards_on_two() -> None:
+    catalog = _catalog({"big": 140 * GB})
+    world = _world(_cluster(("80GB", "80GB"), host="400GB"), catalog)
+    _request(world, "big", T0)
+    _settle(world)
+    assert _l0(world) == {"big": [0, 1]}
+    gpus = world.reports(world.clock.now)["n1"].gpus
+    assert [g.used_bytes for g in gpus] == [70 * GB, 70 * GB]
+
+
+def test_two_70gb_models_cannot_share_one_80gb_gpu() -> None:
+    catalog = _catalog({"a": 70 * GB, "b": 70 * GB})
+    world = _world(_cluster(("80GB",), host="400GB"), catalog)
+    _request(world, "a", T0)
+    _settle(world)
+    _request(world, "b", world.clock.now + 1)
+    _settle(world)
+    assert _l0(world) == {"b": [0]}  # a made room for b
+
+    roomy = _world(_cluster(("80GB", "80GB"), host="400GB"), catalog)
+    _request(roomy, "a", T0)
+    _settle(roomy)
+    _request(roomy, "b", roomy.clock.now + 1)
+    _settle(roomy)
+    assert sorted(_l0(roomy).values()) == [[0], [1]]
+
+
+def test_a_model_no_node_can_hold_is_refused_before_the_run() -> None:
+    catalog = _catalog({"huge": 200 * GB})
+    cluster = _cluster(("80GB", "80GB"), host="400GB")
+    with pytest.raises(InvalidInput, match="huge"):
+        simulate(_Idle(), _world(cluster, catalog), [T0 + 10], ["huge"])
+
+
+# ------------------------------------------------------------------ links
+
+
+def test_two_concurrent_loads_on_one_link_each_take_twice_as_long() -> None:
+    catalog = _catalog({"a": 10 * GB, "b": 10 * GB})
+    cluster = _cluster(("80GB", "80GB"), host="400GB", l2=FAST, l1=FAST)
+    alone = _world(cluster, catalog)
+    _request(alone, "a", T0)
+    _settle(alone)
+    both = _world(cluster, catalog)
+    _request(both, "a", T0)
+    _request(both, "b", T0)
+    _settle(both)
+    assert _waits(alone)[0] == pytest.approx(10.0, abs=1e-3)
+    assert _waits(both) == pytest.approx([20.0, 20.0], abs=1e-3)
+
+
+def test_a_load_that_starts_later_speeds_up_when_the_first_one_ends() -> None:
+    catalog = _catalog({"a": 10 * GB, "b": 10 * GB})
+    world = _world(_cluster(("80GB", "80GB"), host="400GB", l2=FAST, l1=FAST), catalog)
+    _request(world, "a", T0)
+    _request(world, "b", T0 + 5)
+    _settle(world)
+    # a: 5 GB alone, then 5 GB at half rate (10 s) -> done at 15 s. b: 5 GB shared, then 5 GB alone.
+    assert _waits(world) == pytest.approx([15.0, 15.0], abs=1e-3)
+
+
+def test_a_demand_load_preempts_a_speculative_prefetch_on_the_same_link() -> None:
+    catalog = _catalog({"a": 10 * GB, "b": 10 * GB})
+    world = _world(_cluster(("80GB", "80GB"), host="400GB", l2=FAST, l1=FAST), catalog)
+    world.clock.run_until(T0)
+    world.apply(_order("a", OrderAction.PREFETCH, Tier.L0, T0, catalog), T0)
+    _request(world, "b", T0)
+    _settle(world)
+    assert _waits(world) == pytest.approx([10.0], abs=1e-3)  # b had the link to itself
+    assert set(_l0(world)) == {"a", "b"}  # a landed afterwards
+
+
+def test_a_request_waits_on_the_load_in_flight_instead_of_starting_another() -> None:
+    catalog = _catalog({"a": 10 * GB})
+    world = _world(_cluster(host="400GB", l2=FAST, l1=FAST), catalog)
+    _request(world, "a", T0)
+    _request(world, "a", T0 + 4)
+    _settle(world)
+    assert _waits(world) == pytest.approx([10.0, 6.0], abs=1e-3)
+    assert world.record.bytes_moved["L3->L2"] == 10 * GB
+    assert world.record.req_cold == [True, True]  # loading is not resident
+
+
+def test_a_request_joining_a_prefetch_in_flight_makes_it_a_demand_load() -> None:
+    catalog = _catalog({"a": 10 * GB, "b": 10 * GB})
+    world = _world(_cluster(("80GB", "80GB"), host="400GB", l2=FAST, l1=FAST), catalog)
+    world.clock.run_until(T0)
+    world.apply(_order("a", OrderAction.PREFETCH, Tier.L0, T0, catalog), T0)
+    world.apply(_order("b", OrderAction.PREFETCH, Tier.L0, T0, catalog), T0)
+    _request(world, "a", T0 + 2)
+    _settle(world)
+    # 2 s at half rate (1 GB each), then a alone at full rate for its last 9 GB.
+    assert _waits(world) == pytest.approx([9.0], abs=1e-3)
+
+
+def test_hop_overhead_is_added_to_each_hop() -> None:
+    catalog = _catalog({"a": 14 * GB})
+    world = _world(_cluster(host="400GB"), catalog, overhead=0.5)
+    _request(world, "a", T0)
+    _settle(world)
+    assert _waits(world)[0] == pytest.approx(14 / 1 + 14 / 7 + 14 / 50 + 3 * 0.5, abs=1e-3)
+
+
+# ------------------------------------------------------------------ orders and over-commit
+
+
+def _sixty() -> tuple[Cluster, Catalog]:
+    # One 80 GB GPU and 100 GB of host memory: room for one 60 GB model in each.
+    return _cluster(), _catalog({m: 60 * GB for m in "abc"})
 
 
 def test_an_order_into_a_tier_without_room_counts_what_the_lru_displaced() -> None:
-    world = _world()
-    world.apply(_order("a", OrderAction.PREFETCH, Tier.L0, T0), T0)
-    assert world.totals()["over_commit_bytes"] == 0
-    world.apply(_order("b", OrderAction.PREFETCH, Tier.L0, SETTLED), SETTLED)
+    cluster, catalog = _sixty()
+    world = _world(cluster, catalog)
+    world.clock.run_until(T0)
+    world.apply(_order("a", OrderAction.PREFETCH, Tier.L0, T0, catalog), T0)
+    _settle(world)
+    assert world.record.over_commit_bytes == 0
+    world.apply(_order("b", OrderAction.PREFETCH, Tier.L0, SETTLED, catalog), SETTLED)
+    _settle(world)
     # No room made for b: the LRU pushes a out of host memory (staging b) and out of the GPU.
-    assert world.totals()["over_commit_bytes"] == 120 * GB
-    assert "b" in world.nodes["n1"].held[Tier.L0]
+    assert world.record.over_commit_bytes == 120 * GB
+    assert set(_l0(world)) == {"b"}
 
 
 def test_an_order_after_the_plans_own_eviction_displaces_nothing() -> None:
-    world = _world()
-    world.apply(_order("a", OrderAction.PREFETCH, Tier.L0, T0), T0)
-    world.apply(_order("a", OrderAction.EVICT, Tier.L1, SETTLED), SETTLED)
-    world.apply(_order("b", OrderAction.PREFETCH, Tier.L0, SETTLED), SETTLED)
-    assert "b" in world.nodes["n1"].held[Tier.L0]
-    assert world.totals()["over_commit_bytes"] == 0
+    cluster, catalog = _sixty()
+    world = _world(cluster, catalog)
+    world.clock.run_until(T0)
+    world.apply(_order("a", OrderAction.PREFETCH, Tier.L0, T0, catalog), T0)
+    _settle(world)
+    world.apply(_order("a", OrderAction.EVICT, Tier.L1, SETTLED, catalog), SETTLED)
+    world.apply(_order("b", OrderAction.PREFETCH, Tier.L0, SETTLED, catalog), SETTLED)
+    _settle(world)
+    assert set(_l0(world)) == {"b"}
+    assert world.record.over_commit_bytes == 0
 
 
 def test_a_load_on_request_may_displace_without_counting_as_over_commit() -> None:
-    world = _world()
-    world.request("a", T0)
-    world.request("b", SETTLED)
-    assert world.nodes["n1"].lru_displaced > 0
-    assert world.totals()["over_commit_bytes"] == 0
+    cluster, catalog = _sixty()
+    world = _world(cluster, catalog)
+    _request(world, "a", T0)
+    _settle(world)
+    _request(world, "b", SETTLED)
+    _settle(world)
+    assert set(_l0(world)) == {"b"}
+    assert world.record.over_commit_bytes == 0
+
+
+def test_a_copy_still_loading_is_not_demoted() -> None:
+    cluster, catalog = _sixty()
+    world = _world(cluster, catalog)
+    _request(world, "a", T0)
+    world.clock.run_until(T0 + 69)  # in the hop into GPU memory by now, not landed
+    status = world.apply(_order("a", OrderAction.DEMOTE, Tier.L1, T0 + 69, catalog), T0 + 69)
+    assert status.value == "failed"
+    _settle(world)
+    assert set(_l0(world)) == {"a"}
+
+
+class _Idle(Policy):
+    name = "idle"
+
+    def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
+        return []
 
 
 class _CapacityBlind(Policy):
@@ -86,12 +251,42 @@ class _CapacityBlind(Policy):
 
     name = "blind"
 
+    def prepare(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        self.catalog = ctx.catalog
+
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
         if now != T0:
             return []
-        return [_order(m, OrderAction.PREFETCH, Tier.L0, T0 + 600 * k) for k, m in enumerate("abc")]
+        return [
+            order_for("n1", self.catalog[m], OrderAction.PREFETCH, Tier.L0, T0 + 600 * k)
+            for k, m in enumerate("abc")
+        ]
 
 
 def test_a_policy_that_ignores_capacity_is_reported_as_over_committing() -> None:
-    report = simulate(_CapacityBlind(), _cluster(), _catalog(), [], [], start=T0, end=T0 + 3600)
+    cluster, catalog = _sixty()
+    world = World(cluster, catalog, start=T0, end=T0 + 3600)
+    report = simulate(_CapacityBlind(), world, [], [], warmup_s=0)
     assert report.over_commit_bytes > 0
+
+
+# ------------------------------------------------------------------ stability
+
+
+def test_a_cluster_that_cannot_keep_up_is_reported_unstable() -> None:
+    # Ten 60 GB models round robin every 5 s on one GPU that holds one of them, over a 1 GB/s
+    # host-to-device link: a load takes 60 s, the requests ask for one every 5 s.
+    catalog = _catalog({f"m{k}": 60 * GB for k in range(10)})
+    cluster = _cluster(("80GB",), host="1TB", l1=1e9)
+    times = [T0 + 5 * k for k in range(1440)]
+    names = [f"m{k % 10}" for k in range(1440)]
+    world = World(cluster, catalog, start=T0, end=T0 + 7200)
+    overloaded = simulate(_Idle(), world, times, names, warmup_s=0)
+    assert not overloaded.stable
+    assert overloaded.offered_load >= 0.99
+    assert overloaded.busiest_link == "n1 L1->L0"
+    assert math.isfinite(overloaded.wait_max_s)  # waits are still reported
+
+    light = simulate(_Idle(), World(cluster, catalog, start=T0, end=T0 + 7200), times[::30], names[::30])
+    assert light.stable
+    assert light.offered_load < 1.0

@@ -1,0 +1,274 @@
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models import Catalog, ModelSpec
+from prewarm import ExecutorState, Hint, InvalidInput, Order
+from scheduler import Cluster, PlannerConfig
+from sim import (
+    KeepAlivePolicy,
+    OraclePolicy,
+    Policy,
+    PolicyContext,
+    PrewarmPolicy,
+    ReactivePolicy,
+    SimMetrics,
+    make_policy,
+    make_world,
+    policy_kinds,
+    register_policy,
+    run_policies,
+    simulate,
+)
+
+GB = 10**9
+CUT = 1_704_412_800.0  # a Friday 00:00 UTC
+HOUR = 3600.0
+
+
+def _catalog(sizes: Mapping[str, int]) -> Catalog:
+    return Catalog(
+        ModelSpec(id=m, version="1", uri=f"s3://b/{m}.safetensors", size_bytes=s) for m, s in sizes.items()
+    )
+
+
+def _tight() -> Cluster:
+    return Cluster.from_data(
+        {
+            "nodes": [
+                {"name": "n1", "gpus": [{"memory_bytes": "80GB"}], "host_cache_bytes": "100GB"},
+            ],
+            "bandwidth": {"l3_bytes_per_s": "2GB/s", "l2_bytes_per_s": "7GB/s", "l1_bytes_per_s": "50GB/s"},
+        }
+    )
+
+
+def _events(requests: Sequence[tuple[float, str]]) -> pd.DataFrame:
+    return pd.DataFrame({"timestamp": [t for t, _ in requests], "model": [m for _, m in requests]})
+
+
+def _run(
+    label: str | Policy,
+    requests: Sequence[tuple[float, str]],
+    catalog: Catalog,
+    *,
+    cluster: Cluster | None = None,
+    unlimited: bool = False,
+    end: float = CUT + 2 * HOUR,
+    warmup_s: float = 4 * HOUR,
+) -> SimMetrics:
+    policy = make_policy(label) if isinstance(label, str) else label
+    world = make_world(catalog, cluster, start=CUT, end=end, unlimited=unlimited)
+    return simulate(policy, world, [t for t, _ in requests], [m for _, m in requests], warmup_s=warmup_s)
+
+
+# ------------------------------------------------------------------ labels
+
+
+def test_labels_build_the_policies_they_name() -> None:
+    keepalive = make_policy("keepalive:90")
+    assert isinstance(keepalive, KeepAlivePolicy)
+    assert (keepalive.name, keepalive.ttl_s) == ("keepalive:90", 90.0)
+    assert make_policy("keepalive").ttl_s == 600.0  # type: ignore[attr-defined]
+    assert isinstance(make_policy("reactive"), ReactivePolicy)
+    assert isinstance(make_policy("oracle"), OraclePolicy)
+    assert isinstance(make_policy("prewarm"), PrewarmPolicy)
+    assert {"reactive", "keepalive", "oracle", "prewarm"} <= set(policy_kinds())
+
+
+@pytest.mark.parametrize("label", ["lru", "keepalive:soon", "keepalive:-5", "reactive:3", "keepalive:"])
+def test_a_label_that_names_no_policy_is_invalid_input(label: str) -> None:
+    with pytest.raises(InvalidInput):
+        make_policy(label)
+
+
+def test_a_registered_kind_is_built_from_its_label() -> None:
+    register_policy("test-never", lambda label, knob, inputs: ReactivePolicy(label))
+    policy = make_policy("test-never:7")
+    assert policy.name == "test-never:7"
+
+
+def test_prewarm_knob_sets_the_planners_memory_price() -> None:
+    if "memory_price" in {f.name for f in dataclasses.fields(PlannerConfig)}:
+        policy = make_policy("prewarm:0.01", planner=PlannerConfig())
+        assert isinstance(policy, PrewarmPolicy)
+        assert policy.config.memory_price == 0.01  # type: ignore[attr-defined]
+    else:
+        with pytest.raises(InvalidInput, match="memory_price"):
+            make_policy("prewarm:0.01")
+
+
+# ------------------------------------------------------------------ keep-alive against its closed form
+
+
+def _closed_form(
+    times: Mapping[str, list[float]], sizes: Mapping[str, int], ttl: float, start: float, end: float
+) -> tuple[int, float]:
+    """Cold starts and idle GB-minutes of fixed keep-alive, with unlimited memory and instant loads."""
+    cold, idle = 0, 0.0
+    for model, ts in times.items():
+        ts = sorted(ts)
+        for i, t in enumerate(ts):
+            if start <= t < end and (i == 0 or t - ts[i - 1] > ttl):
+                cold += 1
+            gap = ts[i + 1] - t if i + 1 < len(ts) else np.inf
+            held_until = t + min(gap, ttl)
+            idle += sizes[model] * max(0.0, min(held_until, end) - max(t, start))
+    return cold, idle / GB / 60
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(-3 * 3600, 2 * 3600), st.sampled_from(["a", "b", "c"])),
+        max_size=60,
+    ),
+    st.sampled_from([1, 60, 300, 600, 1800, 3600]),
+)
+def test_keepalive_under_unlimited_memory_matches_its_closed_form(
+    offsets: list[tuple[int, str]], ttl: int
+) -> None:
+    sizes = {"a": 14 * GB, "b": 70 * GB, "c": 140 * GB}
+    requests = [(CUT + dt, m) for dt, m in offsets]
+    times: dict[str, list[float]] = {}
+    for t, m in requests:
+        times.setdefault(m, []).append(t)
+    result = _run(f"keepalive:{ttl}", requests, _catalog(sizes), unlimited=True)
+    cold, idle = _closed_form(times, sizes, ttl, CUT, CUT + 2 * HOUR)
+    assert result.requests == sum(1 for t, _ in requests if CUT <= t < CUT + 2 * HOUR)
+    assert result.cold_starts == cold
+    assert result.idle_gb_minutes["L0"] == pytest.approx(idle, rel=1e-9, abs=1e-6)
+    assert set(result.idle_gb_minutes) == {"L0"}
+
+
+def test_a_timer_exactly_every_ttl_stays_warm_under_keepalive() -> None:
+    requests = [(CUT + 600 * k, "timer") for k in range(-3, 12)]
+    result = _run("keepalive:600", requests, _catalog({"timer": 14 * GB}), unlimited=True)
+    assert result.cold_starts == 0
+
+
+# ------------------------------------------------------------------ warm start at the cut
+
+
+@pytest.mark.parametrize("unlimited", [True, False])
+def test_a_model_used_a_minute_before_the_cut_is_warm_at_the_cut(unlimited: bool) -> None:
+    catalog = _catalog({"m": 14 * GB})
+    requests = [(CUT - 60, "m"), (CUT + 10, "m")]
+    cluster = None if unlimited else _tight()
+    warm = _run("keepalive:600", requests, catalog, cluster=cluster, unlimited=unlimited)
+    assert (warm.requests, warm.cold_starts) == (1, 0)
+    cold = _run("keepalive:600", requests, catalog, cluster=cluster, unlimited=unlimited, warmup_s=0)
+    assert cold.cold_starts == 1
+
+
+# ------------------------------------------------------------------ the oracle
+
+
+def _random_trace(seed: int, models: Sequence[str], n: int, span: float) -> list[tuple[float, str]]:
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, len(models) + 1)
+    picks = rng.choice(len(models), size=n, p=weights / weights.sum())
+    times = np.sort(rng.uniform(CUT - HOUR, CUT + span, size=n))
+    return [(float(t), models[int(k)]) for t, k in zip(times, picks, strict=True)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_oracle_never_has_more_cold_starts_than_reactive(seed: int) -> None:
+    sizes = {"a": 14 * GB, "b": 28 * GB, "c": 40 * GB, "d": 16 * GB, "e": 70 * GB}
+    catalog = _catalog(sizes)
+    requests = _random_trace(seed, list(sizes), 300, 2 * HOUR)
+    reactive = _run("reactive", requests, catalog, cluster=_tight())
+    oracle = _run("oracle", requests, catalog, cluster=_tight())
+    assert oracle.requests == reactive.requests
+    assert oracle.cold_starts <= reactive.cold_starts
+    assert oracle.cold_starts < reactive.cold_starts  # it is a bound worth having
+
+
+def test_the_oracle_under_unlimited_memory_has_no_cold_start_and_no_idle_memory() -> None:
+    sizes = {"a": 14 * GB, "b": 140 * GB}
+    requests = _random_trace(3, list(sizes), 200, 2 * HOUR)
+    result = _run("oracle", requests, _catalog(sizes), unlimited=True)
+    assert result.requests > 0
+    assert result.cold_starts == 0
+    assert result.idle_gb_minutes["L0"] == pytest.approx(0.0, abs=1e-9)
+
+
+# ------------------------------------------------------------------ the driver
+
+
+class _Recorder(Policy):
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.hints: list[tuple[float, Hint]] = []
+        self.context: PolicyContext | None = None
+
+    def prepare(self, ctx: PolicyContext) -> None:
+        self.context = ctx
+
+    def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
+        self.hints.extend((now, h) for h in hints)
+        return []
+
+
+def test_hints_reach_the_policy_at_the_first_tick_after_they_are_received() -> None:
+    recorder = _Recorder()
+    hint = Hint(model="m", ttl_s=600, received_at=CUT + 90)
+    world = make_world(_catalog({"m": 14 * GB}), None, start=CUT, end=CUT + HOUR, unlimited=True)
+    simulate(recorder, world, [CUT + 100], ["m"], hints=[hint], warmup_s=0)
+    assert recorder.hints == [(CUT + 120, hint)]
+
+
+def test_only_a_clairvoyant_policy_is_told_the_future() -> None:
+    recorder = _Recorder()
+    world = make_world(_catalog({"m": 14 * GB}), None, start=CUT, end=CUT + HOUR, unlimited=True)
+    simulate(recorder, world, [CUT - 100, CUT + 100], ["m", "m"])
+    assert recorder.context is not None
+    assert recorder.context.future is None
+    assert recorder.context.history[0].tolist() == [CUT - 100]
+
+
+class _Observed:
+    """A forecast source that also learns from what the platform serves."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, float]] = []
+
+    def __call__(self, now: float) -> dict[str, object]:
+        return {}
+
+    def observe(self, model: str, at: float) -> None:
+        self.seen.append((model, at))
+
+
+def test_prewarm_tells_its_forecast_source_of_every_request_served() -> None:
+    source = _Observed()
+    policy = PrewarmPolicy(PlannerConfig(), source)  # type: ignore[arg-type]
+    requests = [(CUT - 120, "m"), (CUT + 30, "m"), (CUT + 90, "m")]
+    _run(policy, requests, _catalog({"m": 14 * GB}), unlimited=True)
+    assert source.seen == [("m", t) for t, _ in requests]
+
+
+def test_run_policies_keys_results_by_label_and_gives_each_its_own_forecast_source() -> None:
+    source = _Observed()
+    requests = [(CUT + 60 * k, "m") for k in range(5)]
+    results = run_policies(
+        _events(requests),
+        _catalog({"m": 14 * GB}),
+        None,
+        ["reactive", "keepalive:60", "prewarm"],
+        start=CUT,
+        end=CUT + HOUR,
+        forecasts=source,  # type: ignore[arg-type]
+        unlimited=True,
+    )
+    assert list(results) == ["reactive", "keepalive:60", "prewarm"]
+    assert all(r.requests == 5 for r in results.values())
+    assert source.seen == []  # the prewarm run observed a copy

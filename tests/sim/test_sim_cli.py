@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ingest import generate
+from prewarm_cli import app
+
+# The keys of the ``prewarm sim run --json`` contract (issue 11).
+CONTRACT = {
+    "requests",
+    "cold_starts",
+    "cold_start_rate",
+    "p75_model_cold_start_rate",
+    "share_wait_over_1s",
+    "share_wait_over_5s",
+    "wait_p50_s",
+    "wait_p95_s",
+    "wait_p99_s",
+    "wait_max_s",
+    "idle_gb_minutes",
+    "prefetches",
+    "mispredictions",
+    "bytes_moved",
+    "stable",
+}
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("trace") / "trace.csv"
+    generate(7, 3, seed=5).events.to_csv(path, index=False)
+    return path
+
+
+def _sim_run(trace: Path, out: Path, *extra: str) -> dict[str, dict[str, object]]:
+    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "2", *extra]
+    result = CliRunner().invoke(app, [*args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data: dict[str, dict[str, object]] = json.loads(out.read_text())
+    return data
+
+
+def test_sim_run_writes_one_document_keyed_by_each_policy_label_as_given(trace: Path, tmp_path: Path) -> None:
+    labels = ["reactive", "keepalive:300", "oracle", "prewarm"]
+    data = _sim_run(trace, tmp_path / "out.json", *(a for label in labels for a in ("--policy", label)))
+    assert list(data) == labels
+    for label, metrics in data.items():
+        assert set(metrics) >= CONTRACT, label
+        assert set(metrics["idle_gb_minutes"]) == {"L0", "L1", "L2"}  # type: ignore[arg-type]
+        assert isinstance(metrics["stable"], bool)
+    requests = {m["requests"] for m in data.values()}
+    assert len(requests) == 1
+    assert requests.pop() > 0
+
+
+def test_sim_run_unlimited_reports_gpu_memory_only_and_needs_no_cluster(trace: Path, tmp_path: Path) -> None:
+    hints = tmp_path / "hints.csv"
+    hints.write_text("timestamp,model,ttl_s\n1704153600,syn-0001,600\n")
+    data = _sim_run(
+        trace,
+        tmp_path / "out.json",
+        "--unlimited",
+        "--hints",
+        str(hints),
+        "--policy",
+        "keepalive:600",
+        "--policy",
+        "oracle",
+    )
+    assert list(data) == ["keepalive:600", "oracle"]
+    assert set(data["oracle"]["idle_gb_minutes"]) == {"L0"}  # type: ignore[arg-type]
+    assert data["oracle"]["cold_starts"] == 0
+
+
+def test_sim_run_rejects_an_unknown_policy(trace: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "1", "--policy", "lru"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "unknown policy 'lru'" in result.output
