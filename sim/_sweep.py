@@ -140,12 +140,13 @@ class SweepResult:
         Every point is drawn; each family's front is joined by a line, its knob values written by it."""
         plt = _pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-        panels: tuple[tuple[str, str, Callable[[SweepPoint], float]], ...] = (
-            ("p75", "p75 per-model cold-start rate", _p75),
-            ("wait", "share of requests waiting > 5 s", _wait5),
+        panels: tuple[tuple[str, str, Callable[[SweepPoint], float], str], ...] = (
+            ("p75", "p75 per-model cold-start rate", _p75, "no cold start"),
+            # Under --unlimited loads are instant: nobody waits, and the panel says so.
+            ("wait", "share of requests waiting > 5 s", _wait5, "no request waited > 5 s"),
         )
         idle = [p.idle_gb_minutes for p in self.points]
-        for ax, (against, ylabel, y) in zip(axes, panels, strict=True):
+        for ax, (against, ylabel, y, none) in zip(axes, panels, strict=True):
             for family in self.families():
                 pts = self.family(family)
                 line = ax.scatter([p.idle_gb_minutes for p in pts], [y(p) for p in pts], s=18, alpha=0.5)
@@ -164,6 +165,8 @@ class SweepResult:
                         ax.annotate(p.knob, at, fontsize=7, xytext=(3, 3), textcoords="offset points")
             if idle and min(idle) > 0:
                 ax.set_xscale("log")  # knobs span orders of magnitude of memory
+            if all(y(p) == 0 for p in self.points):
+                ax.text(0.5, 0.6, none, transform=ax.transAxes, ha="center", color="grey")
             ax.set_xlabel(f"idle GB-minutes ({' + '.join(IDLE_TIERS)})")
             ax.set_ylabel(ylabel)
             ax.grid(True, alpha=0.3)
