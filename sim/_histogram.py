@@ -25,7 +25,10 @@ the whole range (no pre-warm, unload at ``t + range``):
 Left out of the paper: its ARIMA branch, which forecasts the next idle time of models whose idle times
 are mostly out of bounds (those fall back to keep-alive for the range here, as the issue asks), and its
 per-application (not per-function) grouping — a model is the unit here. "Unload" is a DEMOTE from GPU
-memory one tier down (L0 → L1) on a cluster, and an EVICT of the only tier under ``--unlimited``.
+memory one tier down (L0 → L1) on a cluster, and an EVICT of the only tier under ``--unlimited``. On a
+cluster a request may wait for its load, and a copy in flight cannot be demoted: the unload after a
+request the policy's own plan had not kept warm waits for a bound on that load (from object storage),
+and is skipped when that bound reaches past the pre-warm window.
 
 The histogram learns from the training span in ``prepare`` and keeps learning online from every request
 of the simulated window (``on_request``); requests replayed from the training span during the warm-up
