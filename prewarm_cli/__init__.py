@@ -19,6 +19,7 @@ from prewarm_cli import (
     _produce,
     _scheduler,
     _sim,
+    _sweep,
 )
 from prewarm_cli._common import app_group, bench_app
 
@@ -66,6 +67,7 @@ app.add_typer(_ingest.app, name="ingest")
 app.add_typer(_produce.app, name="produce")
 app.add_typer(_forecast.app, name="forecast")
 app.add_typer(_scheduler.app, name="scheduler")
+_sim.app.command("sweep")(_sweep.sweep)
 app.add_typer(_sim.app, name="sim")
 app.add_typer(bench_app, name="bench")
 app.command("demo")(_demo.demo)

@@ -14,6 +14,7 @@ definition of what a run measured, for every policy.
 from __future__ import annotations
 
 from sim._hints import read_hints
+from sim._histogram import HistogramPolicy, IdleHistogram, Windows
 from sim._metrics import SimMetrics, metrics
 from sim._oracle import OraclePolicy
 from sim._policies import (
@@ -36,15 +37,23 @@ from sim._policies import (
 from sim._prewarm import PrewarmPolicy
 from sim._run import WARMUP_S, Progress, available, compare, make_world, run_policies, simulate
 from sim._scenario import DEFAULT_SIZES, default_cluster, virtual_catalog
+from sim._suite import SUITE_CASES, Case, ModelTruth, suite, write_case
+from sim._sweep import DEFAULT_KNOBS, SweepPoint, SweepResult, dominated, label_grid, pareto_front, sweep
 from sim._unlimited import UnlimitedWorld
 from sim._world import World
 
 __all__ = [
+    "DEFAULT_KNOBS",
     "DEFAULT_POLICIES",
     "DEFAULT_SIZES",
+    "SUITE_CASES",
     "UNLIMITED_NODE",
     "WARMUP_S",
+    "Case",
+    "HistogramPolicy",
+    "IdleHistogram",
     "KeepAlivePolicy",
+    "ModelTruth",
     "NodeShape",
     "OraclePolicy",
     "Policy",
@@ -56,20 +65,29 @@ __all__ = [
     "ReactivePolicy",
     "Requests",
     "SimMetrics",
+    "SweepPoint",
+    "SweepResult",
     "UnlimitedWorld",
+    "Windows",
     "World",
     "available",
     "compare",
     "default_cluster",
+    "dominated",
     "knob_float",
+    "label_grid",
     "make_policy",
     "make_world",
     "metrics",
     "order_for",
+    "pareto_front",
     "policy_kinds",
     "read_hints",
     "register_policy",
     "run_policies",
     "simulate",
+    "suite",
+    "sweep",
     "virtual_catalog",
+    "write_case",
 ]

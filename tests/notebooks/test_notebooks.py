@@ -36,8 +36,30 @@ def _forecast_quality(scope: Mapping[str, Any]) -> None:
     assert prewarm.cold_starts < reactive.cold_starts
 
 
+def _policies(scope: Mapping[str, Any]) -> None:
+    """Every label of the grid is swept in both settings, the oracle bounds the p75 under --unlimited, the
+    hybrid histogram's pre-warming beats the platforms' 10-minute keep-alive there, and the plots exist."""
+    from sim import label_grid
+
+    labels = label_grid(scope["GRID"])
+    for result in (scope["unlimited"], scope["cluster"]):
+        assert [p.label for p in result.points] == labels
+    p75 = {p.label: p.p75_model_cold_start_rate for p in scope["unlimited"].points}
+    assert all(p75["oracle"] <= v for v in p75.values())
+    assert p75["histogram:240"] < p75["keepalive:600"]
+    for name in ("png_unlimited", "png_cluster", "png_rates"):
+        assert Path(scope[name]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rates = scope["rates"]
+    assert list(rates.columns) == ["keepalive:600", "histogram:240", "oracle", "pattern"]
+    assert len(rates) > 0
+    assert ((rates.drop(columns="pattern") >= 0) & (rates.drop(columns="pattern") <= 1)).all().all()
+
+
 # What each notebook computes, checked on the names it leaves behind; a new notebook adds its check.
-CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {"forecast_quality": _forecast_quality}
+CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {
+    "forecast_quality": _forecast_quality,
+    "policies": _policies,
+}
 
 
 @pytest.mark.slow

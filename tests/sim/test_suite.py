@@ -16,7 +16,7 @@ from ingest import azure_model_id, generate, read_trace
 from models import Catalog
 from prewarm import gpu_placement
 from scheduler import Cluster
-from sim._suite import SUITE_CASES, Case, suite, write_case
+from sim import SUITE_CASES, Case, suite, write_case
 from tests.conftest import AZURE_SAMPLES, REPO
 
 GB = 10**9
