@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -97,3 +100,23 @@ def parse_time(value: str, option: str = "time") -> float:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool) -> Iterator[Callable[[str, float], None] | None]:
+    """A rich progress bar per policy on a terminal; None (no output) when not ``enabled``, in CI, or when
+    standard error is not a terminal."""
+    if not enabled or os.environ.get("CI") or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import Progress as Bars
+
+    with Bars(transient=True) as bars:
+        tasks: dict[str, Any] = {}
+
+        def report(label: str, fraction: float) -> None:
+            if label not in tasks:
+                tasks[label] = bars.add_task(label, total=1.0)
+            bars.update(tasks[label], completed=min(max(fraction, 0.0), 1.0))
+
+        yield report

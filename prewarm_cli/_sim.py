@@ -2,41 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import typer
 
-from prewarm_cli._common import app_group, bench_app, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, fail, progress_bar, settings_of, write_json
 
 if TYPE_CHECKING:
-    from sim import Progress, SimMetrics
+    from sim import SimMetrics
 
 app = app_group("Trace-driven cluster simulation: the real planner against baseline policies.")
-
-
-@contextlib.contextmanager
-def progress_bar(enabled: bool) -> Iterator[Progress | None]:
-    """A rich progress bar per policy on a terminal; None (no output) when not ``enabled``, in CI, or when
-    standard error is not a terminal."""
-    if not enabled or os.environ.get("CI") or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.progress import Progress as Bars
-
-    with Bars(transient=True) as bars:
-        tasks: dict[str, Any] = {}
-
-        def report(label: str, fraction: float) -> None:
-            if label not in tasks:
-                tasks[label] = bars.add_task(label, total=1.0)
-            bars.update(tasks[label], completed=min(max(fraction, 0.0), 1.0))
-
-        yield report
 
 
 @app.command()
@@ -267,3 +244,37 @@ def bench_sim_speed(
                 err=True,
             )
     write_json({"rows": rows}, out)
+
+
+@bench_app.command("policy")
+def bench_policy(
+    ctx: typer.Context,
+    cases: list[str] | None = typer.Option(None, "--case", help="Suite case (repeatable; default: all)."),
+    role: str = typer.Option("all", "--role", help="tune, judge or all: which cases of the suite."),
+    where: list[str] | None = typer.Option(
+        None, "--setting", help="unlimited, tight or roomy (repeatable; default: all three)."
+    ),
+    policies: list[str] | None = typer.Option(None, "--policy", help="Policy label (repeatable)."),
+    out: Path | None = typer.Option(None, "--json", help="Write every run and target as JSON here."),
+) -> None:
+    """Every policy on every case of the trace suite, unlimited / tight / roomy, and prewarm's targets."""
+    from sim import DEFAULT_POLICIES, SUITE_CASES, suite
+    from sim._bench import SETTINGS, run_policy_bench
+
+    if role not in ("tune", "judge", "all"):
+        fail(f"--role must be tune, judge or all, not {role!r}")
+    unknown = sorted(set(cases or ()) - set(SUITE_CASES)) + sorted(set(where or ()) - set(SETTINGS))
+    if unknown:
+        fail(f"unknown case or setting {unknown}: cases are {', '.join(SUITE_CASES)}")
+    chosen = [c for c in suite(cases or None) if role in ("all", c.role)]
+    quiet = out is not None and str(out) == "-"
+    bench = run_policy_bench(
+        chosen,
+        settings_of(ctx),
+        labels=policies or DEFAULT_POLICIES,
+        where=where or SETTINGS,
+        progress=None if quiet else (lambda line: typer.echo(line, err=True)),
+    )
+    typer.echo(bench.table(), err=quiet)
+    if out is not None:
+        write_json(bench.to_json(), out)

@@ -6,16 +6,14 @@ The command function ``sweep`` is registered on the ``sim`` sub-app by ``prewarm
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import typer
 
 from prewarm import InvalidInput
-from prewarm_cli._common import settings_of, write_json
+from prewarm_cli._common import progress_bar, settings_of, write_json
 
 __all__ = ["parse_grid", "sweep"]
 
@@ -96,7 +94,7 @@ def sweep(
     quiet = out is not None and str(out) == "-"
 
     def run(labels: list[str]) -> Mapping[str, Mapping[str, Any]]:
-        with _progress(labels, enabled=not quiet) as report:
+        with progress_bar(enabled=not quiet) as report:
             results = compare(
                 events,
                 settings,
@@ -117,23 +115,3 @@ def sweep(
     typer.echo(f"Pareto plot: {png}", err=quiet)
     if out is not None:
         write_json(result.to_json(), out)
-
-
-@contextmanager
-def _progress(labels: Sequence[str], *, enabled: bool) -> Iterator[Callable[[str, float], None] | None]:
-    """A bar per label on a terminal (rich); nothing when piped, in CI or in JSON mode."""
-    import os
-
-    if not (enabled and sys.stderr.isatty() and not os.environ.get("CI")):
-        yield None
-        return
-    from rich.progress import Progress
-
-    with Progress(transient=True) as bars:
-        tasks = {label: bars.add_task(label, total=1.0) for label in labels}
-
-        def report(label: str, fraction: float) -> None:
-            if label in tasks:
-                bars.update(tasks[label], completed=fraction)
-
-        yield report

@@ -173,8 +173,20 @@ _M = TypeVar("_M", bound=BaseModel)
 
 
 @functools.cache
-def _field_count(cls: type[BaseModel]) -> int:
-    return len(cls.model_fields)
+def _defaults(
+    cls: type[BaseModel],
+) -> tuple[frozenset[str], dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]:
+    """A model's plain defaults, and its default factories (called per instance: their values are
+    mutable). A field with neither is required."""
+    plain: dict[str, Any] = {}
+    factories: list[tuple[str, Callable[[], Any]]] = []
+    for name, info in cls.model_fields.items():
+        if info.default_factory is not None:
+            factories.append((name, info.default_factory))  # type: ignore[arg-type]
+        elif not info.is_required():
+            plain[name] = info.default
+    required = frozenset(cls.model_fields) - set(plain) - {name for name, _ in factories}
+    return required, plain, tuple(factories)
 
 
 def build(cls: type[_M], **fields: Any) -> _M:
@@ -183,16 +195,22 @@ def build(cls: type[_M], **fields: Any) -> _M:
 
 
 def unvalidated(cls: type[_M], fields: dict[str, Any]) -> _M:
-    """A pydantic model from fields already known to be valid, every one of them given.
+    """A pydantic model from fields already known to be valid; fields left out take their defaults.
 
     A keep-alive makes an order per request and a planner reads reports every tick: validating them
     (or ``model_construct``, which resolves defaults field by field) costs more than the simulation.
     """
-    if len(fields) != _field_count(cls):
-        raise TypeError(f"{cls.__name__} needs every field: {sorted(set(cls.model_fields) - set(fields))}")
+    required, plain, factories = _defaults(cls)
+    if not required.issubset(fields):
+        raise TypeError(f"{cls.__name__} needs the fields {sorted(required - set(fields))}")
+    given = fields
+    fields = {**plain, **given}
+    for name, factory in factories:
+        if name not in given:
+            fields[name] = factory()
     model = cls.__new__(cls)
     object.__setattr__(model, "__dict__", fields)
-    object.__setattr__(model, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(model, "__pydantic_fields_set__", set(given))
     object.__setattr__(model, "__pydantic_extra__", None)
     object.__setattr__(model, "__pydantic_private__", None)
     return model

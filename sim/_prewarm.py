@@ -2,9 +2,13 @@
 fed with forecasts, hints and the nodes' reports every planning interval.
 
 Its knob (``prewarm:X``) is ``PlannerConfig.memory_price``: weighted seconds charged per GB·minute a
-model is held beyond what it serves. A forecast source that can also ``observe(model, at)`` (a
-``forecaster.LiveForecasts``) is told of every request the simulated platform serves, as the live
-scheduler tells it from the demand store.
+model is held beyond what it serves. Without a knob it is the planner's own price on a cluster (0 by
+default: memory inside the budget is paid for whether it holds a model or not) and
+``UNLIMITED_MEMORY_PRICE`` under ``--unlimited``, where idle memory is the very cost being compared.
+
+A forecast source that can also ``observe(model, at)`` (a ``forecaster.LiveForecasts``) is told of every
+request the simulated platform serves; its forecasts are refreshed every planning tick, since they are
+conditioned on the time since each model's last request.
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ class PrewarmPolicy(Policy):
         config: PlannerConfig,
         forecasts: ForecastSource | None,
         *,
-        forecast_every_s: float = 300.0,
+        forecast_every_s: float = 60.0,
+        unlimited_price: float | None = None,
         name: str = "prewarm",
     ) -> None:
         self.name = name
@@ -69,6 +74,7 @@ class PrewarmPolicy(Policy):
         observe = getattr(forecasts, "observe", None)
         self._observe = observe if callable(observe) else None
         self._forecast_every_s = forecast_every_s
+        self._unlimited_price = unlimited_price
         self._forecast_at: float | None = None
         self._seen_hints: set[tuple[str, float]] = set()
         self._core: SchedulerCore | None = None
@@ -82,6 +88,8 @@ class PrewarmPolicy(Policy):
     def prepare(self, ctx: PolicyContext) -> None:
         from scheduler import SchedulerCore
 
+        if ctx.unlimited and self._unlimited_price is not None:
+            self.config = with_memory_price(self.config, self._unlimited_price)
         self._core = SchedulerCore(
             catalog=ctx.catalog,
             cluster=cluster_of(ctx.nodes, ctx.bandwidth),
@@ -115,6 +123,11 @@ class PrewarmPolicy(Policy):
         return out
 
 
+UNLIMITED_MEMORY_PRICE = 0.003
+"""``prewarm``'s memory price under ``--unlimited`` without a knob (``PlannerConfig.memory_price``),
+chosen on a tune case of the suite (docs/benchmarks.md): at 0.03 the p75 cold-start rate rose to 0.9."""
+
+
 def with_memory_price(config: PlannerConfig, price: float) -> PlannerConfig:
     """``config`` with ``memory_price`` set, or a clear error on a planner that has no such knob."""
     if "memory_price" not in {f.name for f in dataclasses.fields(config)}:
@@ -125,6 +138,8 @@ def with_memory_price(config: PlannerConfig, price: float) -> PlannerConfig:
 
 def _prewarm(label: str, knob: str | None, inputs: PolicyInputs) -> Policy:
     config = inputs.planner or PlannerConfig()
+    if knob is None:
+        return PrewarmPolicy(config, inputs.forecasts, name=label, unlimited_price=UNLIMITED_MEMORY_PRICE)
     if knob is not None:
         price = knob_float(label, knob, 0.0)
         if price < 0:

@@ -40,7 +40,7 @@ from sim._world import World
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["WARMUP_S", "Progress", "compare", "run_policies", "simulate"]
+__all__ = ["WARMUP_S", "Progress", "compare", "fit_forecasts", "run_policies", "simulate"]
 
 WARMUP_S = 4 * 3600.0
 """How much of the training span each policy replays before the cut."""
@@ -256,20 +256,12 @@ def compare(
 ) -> dict[str, SimMetrics]:
     """Fit the forecaster on the first ``train_days`` of ``events``, then simulate ``sim_hours`` after
     that under each policy of ``labels`` (default: every registered one of ``DEFAULT_POLICIES``)."""
-    import forecaster
-    from forecaster import History, SelectionConfig, fit_bundle
+    from forecaster import History
     from sim._scenario import virtual_catalog
 
     history = History.from_events(events)
     cut = history.start + train_days * 86400
-    train, _ = history.split(cut)
-    config = SelectionConfig(families=tuple(families)) if families else None
-    bundle = fit_bundle(
-        train, config, bucket_s=settings.forecast.bucket_s, horizon_s=settings.forecast.horizon_s
-    )
-    # Forecasts conditioned on what was observed since training, where the forecaster offers them.
-    live = getattr(forecaster, "LiveForecasts", None)
-    source: ForecastSource = live(bundle) if live is not None else bundle.predict
+    source = fit_forecasts(events, settings, cut=cut, families=families)
     return run_policies(
         events,
         catalog or virtual_catalog(history.models),
@@ -283,3 +275,20 @@ def compare(
         unlimited=unlimited,
         progress=progress,
     )
+
+
+def fit_forecasts(
+    events: Any, settings: Any, *, cut: float, families: Sequence[str] | None = None
+) -> ForecastSource:
+    """The forecaster fitted on the requests of ``events`` before ``cut``, answering with forecasts
+    conditioned on what it observes after training (``forecaster.LiveForecasts``). ``run_policies``
+    gives each policy its own copy, so what one policy observes never leaks into another's run."""
+    from forecaster import History, LiveForecasts, SelectionConfig, fit_bundle
+
+    history = History.from_events(events)
+    train, _ = history.split(cut)
+    config = SelectionConfig(families=tuple(families)) if families else None
+    bundle = fit_bundle(
+        train, config, bucket_s=settings.forecast.bucket_s, horizon_s=settings.forecast.horizon_s
+    )
+    return LiveForecasts(bundle)

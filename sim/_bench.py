@@ -1,0 +1,186 @@
+"""``prewarm bench policy``: every policy on every case of the trace suite, in the three settings the
+issue judges them in, and whether prewarm meets its targets there.
+
+Settings:
+
+- ``unlimited`` — the standard serverless comparison ('Serverless in the Wild'): one tier, no limit,
+  instant loads. Target: prewarm's p75 per-model cold-start rate ≤ 0.5 × the hybrid histogram's, at idle
+  memory ≤ 0.5 × fixed 10-minute keep-alive's.
+- ``tight`` — far more weights than GPU memory. Target: share of requests waiting > 5 s ≤ 0.5 × the best
+  non-oracle baseline's, at L0+L1 idle GB-minutes ≤ that baseline's, and ≤ 1.5 × the oracle's share.
+- ``roomy`` — everything fits in GPU memory. Target: never more cold starts than ``reactive``.
+
+A ratio whose baseline is 0 is met only when prewarm is 0 too. One forecaster fit per case serves all
+three settings. Cases carry a role (``tune`` / ``judge``): the summary reports the two sets apart, since
+only the judge set says how the policy does on traffic it was not tuned on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim._metrics import SimMetrics
+from sim._policies import DEFAULT_POLICIES
+from sim._run import fit_forecasts, run_policies
+from sim._suite import Case
+
+__all__ = ["SETTINGS", "PolicyBench", "Target", "judge", "run_policy_bench"]
+
+SETTINGS = ("unlimited", "tight", "roomy")
+BASELINES = ("reactive", "keepalive:600", "histogram")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target of one case in one setting: the figure, the bound it had to stay under, met or not."""
+
+    case: str
+    role: str
+    setting: str
+    name: str
+    value: float
+    bound: float
+    met: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _le(value: float, bound: float) -> bool:
+    # A bound of 0 (the baseline made no cold start, wasted nothing) is met only by 0.
+    return value <= bound + 1e-12
+
+
+def _l01(m: SimMetrics) -> float:
+    return m.idle_gb_minutes.get("L0", 0.0) + m.idle_gb_minutes.get("L1", 0.0)
+
+
+def judge(
+    case: Case, setting: str, results: Mapping[str, SimMetrics], policy: str = "prewarm"
+) -> list[Target]:
+    """The issue's targets for ``policy`` against the baselines of ``results`` in ``setting``."""
+    p = results[policy]
+
+    def target(name: str, value: float, bound: float) -> Target:
+        return Target(case.name, case.role, setting, name, value, bound, _le(value, bound))
+
+    if setting == "unlimited":
+        hist, keep = results["histogram"], results["keepalive:600"]
+        return [
+            target(
+                "p75 ≤ 0.5 × histogram", p.p75_model_cold_start_rate, 0.5 * hist.p75_model_cold_start_rate
+            ),
+            target(
+                "idle L0 ≤ 0.5 × keepalive:600", p.idle_gb_minutes["L0"], 0.5 * keep.idle_gb_minutes["L0"]
+            ),
+        ]
+    if setting == "tight":
+        best = min(BASELINES, key=lambda b: (results[b].share_wait_over_5s, _l01(results[b])))
+        base, oracle = results[best], results["oracle"]
+        return [
+            target(f">5 s ≤ 0.5 × {best}", p.share_wait_over_5s, 0.5 * base.share_wait_over_5s),
+            target(f"idle L0+L1 ≤ {best}", _l01(p), _l01(base)),
+            target(">5 s ≤ 1.5 × oracle", p.share_wait_over_5s, 1.5 * oracle.share_wait_over_5s),
+            target("mispredictions ≤ 25% of prefetches", p.mispredictions, 0.25 * p.prefetches),
+        ]
+    return [target("cold starts ≤ reactive", p.cold_starts, results["reactive"].cold_starts)]
+
+
+@dataclass
+class PolicyBench:
+    """Every run's metrics (case → setting → label → metrics) and every target."""
+
+    runs: dict[str, dict[str, dict[str, SimMetrics]]] = field(default_factory=dict)
+    targets: list[Target] = field(default_factory=list)
+    fit_seconds: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        """Targets met / judged, per role."""
+        out: dict[str, dict[str, int]] = {}
+        for t in self.targets:
+            row = out.setdefault(t.role, {"met": 0, "judged": 0})
+            row["judged"] += 1
+            row["met"] += int(t.met)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "summary": self.summary(),
+            "targets": [t.to_json() for t in self.targets],
+            "fit_seconds": self.fit_seconds,
+            "runs": {
+                case: {s: {label: m.to_json() for label, m in r.items()} for s, r in settings.items()}
+                for case, settings in self.runs.items()
+            },
+        }
+
+    def table(self) -> str:
+        """One row per case, setting and policy, then the targets."""
+        lines = [
+            f"{'case':<14} {'setting':<9} {'policy':<14} {'requests':>8} {'cold':>7} {'p75 rate':>8} "
+            f"{'>5 s':>7} {'idle L0+L1 GB-min':>17} {'prefetch':>8} {'mispred':>7} {'stable':>6}"
+        ]
+        for case, settings in self.runs.items():
+            for setting, results in settings.items():
+                for label, m in results.items():
+                    lines.append(
+                        f"{case:<14} {setting:<9} {label:<14} {m.requests:>8} {m.cold_starts:>7} "
+                        f"{m.p75_model_cold_start_rate:>8.3f} {m.share_wait_over_5s:>7.2%} {_l01(m):>17.0f} "
+                        f"{m.prefetches:>8} {m.mispredictions:>7} {'yes' if m.stable else 'NO':>6}"
+                    )
+        lines.append("")
+        lines.append(
+            f"{'case':<14} {'role':<6} {'setting':<9} {'target':<38} {'value':>12} {'bound':>12} met"
+        )
+        for t in self.targets:
+            lines.append(
+                f"{t.case:<14} {t.role:<6} {t.setting:<9} {t.name:<38} {t.value:>12.4g} {t.bound:>12.4g} "
+                f"{'yes' if t.met else 'NO'}"
+            )
+        for role, row in sorted(self.summary().items()):
+            lines.append(f"{role}: {row['met']} of {row['judged']} targets met")
+        return "\n".join(lines)
+
+
+def run_policy_bench(
+    cases: Sequence[Case],
+    settings: Any,
+    *,
+    labels: Sequence[str] = DEFAULT_POLICIES,
+    where: Sequence[str] = SETTINGS,
+    progress: Callable[[str], None] | None = None,
+) -> PolicyBench:
+    """Fit the forecaster once per case on its training days, then run ``labels`` in each setting of
+    ``where`` and judge prewarm there (when ``labels`` holds what the targets compare)."""
+    import time
+
+    from scheduler import PlannerConfig
+
+    bench = PolicyBench()
+    planner = PlannerConfig.from_settings(settings.scheduler)
+    comparable = {"prewarm", "oracle", *BASELINES} <= set(labels)
+    for case in cases:
+        began = time.perf_counter()
+        source = fit_forecasts(case.events, settings, cut=case.cut)
+        bench.fit_seconds[case.name] = round(time.perf_counter() - began, 2)
+        for setting in where:
+            if progress is not None:
+                progress(f"{case.name} ({case.role}): {setting}")
+            results = run_policies(
+                case.events,
+                case.catalog,
+                None if setting == "unlimited" else case.clusters[setting],
+                labels,
+                start=case.cut,
+                end=case.end,
+                forecasts=source,
+                planner=planner,
+                hints=case.hints,
+                unlimited=setting == "unlimited",
+            )
+            bench.runs.setdefault(case.name, {})[setting] = results
+            if comparable:
+                bench.targets.extend(judge(case, setting, results))
+    return bench

@@ -1,0 +1,106 @@
+"""``prewarm bench policy``'s judgement: the issue's targets, read off each policy's metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from prewarm import ResidentModel
+from sim import SimMetrics, suite
+from sim._bench import judge
+from sim._policies import build
+
+BASE = SimMetrics(
+    policy="x",
+    unlimited=False,
+    requests=100,
+    cold_starts=10,
+    cold_start_rate=0.1,
+    p75_model_cold_start_rate=0.2,
+    share_wait_over_1s=0.1,
+    share_wait_over_5s=0.1,
+    wait_total_s=0.0,
+    wait_mean_s=0.0,
+    wait_p50_s=0.0,
+    wait_p95_s=0.0,
+    wait_p99_s=0.0,
+    wait_max_s=0.0,
+    idle_gb_minutes={"L0": 1000.0, "L1": 500.0, "L2": 0.0},
+    prefetches=0,
+    mispredictions=0,
+    bytes_moved=0,
+    bytes_moved_per_link={},
+    gpu_seconds_loading=0.0,
+    stable=True,
+    offered_load=0.1,
+    busiest_link="",
+    served_from={},
+    model_cold_start_rate={},
+    queued_loads=0,
+    failed_orders=0,
+    orders=0,
+    over_commit_bytes=0,
+)
+
+
+def _with(**changes: object) -> SimMetrics:
+    return dataclasses.replace(BASE, **changes)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def case():  # type: ignore[no-untyped-def]
+    return suite(["flash_crowd"])[0]
+
+
+def test_unlimited_targets_compare_p75_with_the_histogram_and_memory_with_ten_minute_keepalive(case) -> None:  # type: ignore[no-untyped-def]
+    results = {
+        "histogram": _with(p75_model_cold_start_rate=0.2),
+        "keepalive:600": _with(idle_gb_minutes={"L0": 1000.0}),
+        "prewarm": _with(p75_model_cold_start_rate=0.1, idle_gb_minutes={"L0": 600.0}),
+    }
+    p75, memory = judge(case, "unlimited", results)
+    assert p75.met
+    assert p75.bound == pytest.approx(0.1)
+    assert not memory.met
+    assert memory.bound == pytest.approx(500.0)
+
+
+def test_tight_targets_take_the_best_baseline_by_its_share_waiting_over_five_seconds(case) -> None:  # type: ignore[no-untyped-def]
+    results = {
+        "reactive": _with(share_wait_over_5s=0.3),
+        "keepalive:600": _with(share_wait_over_5s=0.2),
+        "histogram": _with(share_wait_over_5s=0.1, idle_gb_minutes={"L0": 100.0, "L1": 100.0}),
+        "oracle": _with(share_wait_over_5s=0.04),
+        "prewarm": _with(
+            share_wait_over_5s=0.05,
+            idle_gb_minutes={"L0": 150.0, "L1": 100.0},
+            prefetches=8,
+            mispredictions=2,
+        ),
+    }
+    share, memory, oracle, mispredicted = judge(case, "tight", results)
+    assert "histogram" in share.name
+    assert share.met
+    assert not memory.met
+    assert memory.bound == pytest.approx(200.0)
+    assert oracle.met
+    assert oracle.bound == pytest.approx(0.06)
+    assert mispredicted.met
+
+
+def test_a_baseline_of_zero_is_met_only_by_zero(case) -> None:  # type: ignore[no-untyped-def]
+    results = {"reactive": _with(cold_starts=0), "prewarm": _with(cold_starts=1)}
+    (roomy,) = judge(case, "roomy", results)
+    assert not roomy.met
+    (roomy,) = judge(case, "roomy", {**results, "prewarm": _with(cold_starts=0)})
+    assert roomy.met
+
+
+def test_reports_built_without_validation_take_the_defaults_of_fields_left_out() -> None:
+    resident = build(ResidentModel, model="m", version="1", bytes=3)
+    assert resident.leases == 0
+    assert resident.gpus == []
+    assert build(ResidentModel, model="m", version="1", bytes=3).gpus is not resident.gpus
+    with pytest.raises(TypeError, match="bytes"):
+        build(ResidentModel, model="m", version="1")
