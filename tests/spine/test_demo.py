@@ -24,6 +24,7 @@ def test_demo_runs_every_stage_on_embedded_defaults(tmp_path: Path, monkeypatch:
         "[forecaster]",
         "[scheduler]",
         "[simulation]",
+        "[policies]",
         "[done]",
     ):
         assert step in result.output
@@ -31,6 +32,9 @@ def test_demo_runs_every_stage_on_embedded_defaults(tmp_path: Path, monkeypatch:
     assert "prefetch demo-01" in result.output  # the hint's order, applied by the executor
     assert "reactive" in result.output
     assert "prewarm" in result.output
+    assert "histogram" in result.output
+    assert "keepalive:600" in result.output
+    assert (tmp_path / "demo" / "pareto.png").read_bytes().startswith(b"\x89PNG")
     assert (tmp_path / "demo" / "mlruns").is_dir()
     assert (tmp_path / "demo" / "demand.db").is_file()
 
