@@ -212,14 +212,14 @@ def split_by_tensors(layout: Layout | None, nbytes: int, ranks: int) -> list[tup
     the model has fewer tensors than ranks."""
     if ranks <= 1 or layout is None:
         return [(0, nbytes)]
-    starts = sorted({t.start for t in layout.tensors if 0 < t.start < nbytes})
+    # The first tensor starts a shard anyway (a shard of the header alone would hold nothing).
+    starts = sorted({t.start for t in layout.tensors if 0 < t.start < nbytes})[1:]
+    ranks = min(ranks, len(starts) + 1)
     cuts = [0]
     for k in range(1, ranks):
         later = [b for b in starts if b > cuts[-1]]
         # Leave a boundary for each cut still to come.
-        usable = later[: len(later) - (ranks - 1 - k)] if ranks - 1 - k else later
-        if not usable:
-            break
+        usable = later[: len(later) - (ranks - 1 - k)]
         target = k * nbytes / ranks
         cuts.append(min(usable, key=lambda b: abs(b - target)))
     cuts.append(nbytes)
