@@ -326,7 +326,9 @@ class Executor:
             else self.l0.shards_for(block.nbytes, block.layout)
         )
         if not 0 <= rank < len(ranges):
-            raise InvalidInput(f"{spec.id} is held as {len(ranges)} shard(s) on this node: no rank {rank}")
+            raise InvalidInput(
+                f"{spec.id} is held as {len(ranges)} shard(s) on this node: no rank {rank}", reason="rank"
+            )
         return ranges[rank]
 
     def lease_device(
@@ -362,7 +364,9 @@ class Executor:
             raise CapacityError(f"{model_id}: evicted from L0 three times before it could be leased")
         if rank is not None and not 0 <= rank < len(model.shards):
             self.l0.cache.unpin(spec.key)
-            raise InvalidInput(f"{model_id} is held as {len(model.shards)} shard(s) in L0: no rank {rank}")
+            raise InvalidInput(
+                f"{model_id} is held as {len(model.shards)} shard(s) in L0: no rank {rank}", reason="rank"
+            )
         self.l0.cache.lookup(spec.key, use=True)
         shards = model.shards if rank is None else (model.shards[rank],)
         wait = time.perf_counter() - started

@@ -288,7 +288,9 @@ class Loader:
         demand: bool,
     ) -> None:
         dest_buffer = block.buffer if block is not None else device_model.padded if device_model else None
-        copier = DeviceCopier(device_model.segments()) if block is not None and device_model is not None else None
+        copier = (
+            DeviceCopier(device_model.segments()) if block is not None and device_model is not None else None
+        )
         landed = None
         if copier is not None:
             assert block is not None

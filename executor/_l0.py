@@ -26,6 +26,7 @@ between) and its shards are slices of it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -223,7 +224,7 @@ def split_by_tensors(layout: Layout | None, nbytes: int, ranks: int) -> list[tup
         target = k * nbytes / ranks
         cuts.append(min(usable, key=lambda b: abs(b - target)))
     cuts.append(nbytes)
-    return list(zip(cuts, cuts[1:], strict=False))
+    return list(itertools.pairwise(cuts))
 
 
 class _Asked(threading.local):
@@ -287,7 +288,9 @@ class L0Cache:
         wanted = tuple(gpus)
         bad = [g for g in wanted if not 0 <= g < len(self.gpus)] or len(set(wanted)) != len(wanted)
         if bad:
-            raise InvalidInput(f"GPUs {list(wanted)} are not distinct GPUs of this node (0-{len(self.gpus) - 1})")
+            raise InvalidInput(
+                f"GPUs {list(wanted)} are not distinct GPUs of this node (0-{len(self.gpus) - 1})"
+            )
         self._asked.gpus, self._asked.layout = wanted, layout
         try:
             model = self.cache.reserve(key, nbytes, prefetched=prefetched, relieves=self._relieves)

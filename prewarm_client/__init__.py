@@ -18,6 +18,7 @@ an engine process needs nothing else.
 from __future__ import annotations
 
 from prewarm_client._client import Weights, checkpoint_files, iter_weights, open_weights
+from prewarm_client._ipc import CudaIpcHandle, DeviceShard, TableEntry, TensorTable
 from prewarm_client._protocol import (
     ENV_SOCKET_DIR,
     PROTOCOL_VERSION,
@@ -39,12 +40,16 @@ __all__ = [
     "PROTOCOL_VERSION",
     "SOCKET_NAME",
     "BlockLayout",
+    "CudaIpcHandle",
+    "DeviceShard",
     "ExecutorUnavailable",
     "FileSlice",
     "HandoffError",
     "OpenRequest",
     "ProtocolError",
     "Refused",
+    "TableEntry",
+    "TensorTable",
     "Weights",
     "checkpoint_files",
     "default_socket_dir",

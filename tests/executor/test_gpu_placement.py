@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import torch
@@ -45,7 +46,8 @@ def test_a_model_larger_than_one_gpu_is_held_across_two_with_every_tensor_whole_
     state = _assert_per_gpu_sums_to_l0(executor)
     assert len(_l0(state)["m0"].gpus) == 2
     used = {g.index: g.used_bytes for g in state.gpus}
-    assert sorted(used.values())[0] == 0 and sum(used.values()) == size
+    assert sorted(used.values())[0] == 0
+    assert sum(used.values()) == size
     model = executor.l0.cache.pin(catalog["m0"].key)
     assert model is not None
     try:
@@ -56,7 +58,8 @@ def test_a_model_larger_than_one_gpu_is_held_across_two_with_every_tensor_whole_
         assert model.shards[1].start in starts
         for entry in model.layout.tensors:
             owner = model.shard_at(entry.start)
-            assert owner.start <= entry.start and entry.end <= owner.end
+            assert owner.start <= entry.start
+            assert entry.end <= owner.end
     finally:
         executor.l0.cache.unpin(catalog["m0"].key)
     assert serves(executor, catalog["m0"])
@@ -74,7 +77,8 @@ def test_two_models_that_cannot_share_a_gpu_go_to_different_gpus(
     resident = _l0(_assert_per_gpu_sums_to_l0(executor))
     assert set(resident) == {"m0", "m1"}  # nothing was evicted to make room
     assert sorted([resident["m0"].gpus, resident["m1"].gpus]) == [[0], [1]]
-    assert serves(executor, catalog["m0"]) and serves(executor, catalog["m1"])
+    assert serves(executor, catalog["m0"])
+    assert serves(executor, catalog["m1"])
 
 
 def test_an_orders_gpus_are_where_the_copy_goes(catalog: Catalog, make_executor: ExecutorFactory) -> None:
@@ -115,7 +119,8 @@ def test_a_copy_placed_on_a_full_gpu_evicts_only_what_that_gpu_holds(
 
     resident = _l0(_assert_per_gpu_sums_to_l0(executor))
     assert set(resident) == {"m0", "m2"}  # m0 is older, but on the other GPU: it stays
-    assert resident["m2"].gpus == [0] and resident["m0"].gpus == [1]
+    assert resident["m2"].gpus == [0]
+    assert resident["m0"].gpus == [1]
 
 
 def test_an_engine_rank_leases_the_bytes_of_its_own_shard(
@@ -132,9 +137,11 @@ def test_an_engine_rank_leases_the_bytes_of_its_own_shard(
 
     assert [lease.shard for lease in leases if lease] == [(s.start, s.end) for s in model.shards]
     device = executor.lease_device("m0", rank=1)
-    assert device is not None and [s.rank for s in device.shards] == [1]
+    assert device is not None
+    assert [s.rank for s in device.shards] == [1]
     for lease in leases:
-        assert lease is not None and executor.release(lease.id)
+        assert lease is not None
+        assert executor.release(lease.id)
     assert executor.release(device.id)
 
 
@@ -162,8 +169,9 @@ def test_shards_are_contiguous_cut_at_tensors_and_within_a_tensor_of_even(
 ) -> None:
     layout = _layout(sizes)
     ranges = split_by_tensors(layout, layout.file_bytes, ranks)
-    assert ranges[0][0] == 0 and ranges[-1][1] == layout.file_bytes
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    assert ranges[0][0] == 0
+    assert ranges[-1][1] == layout.file_bytes
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
     assert len(ranges) == min(ranks, len(sizes))
     starts = {t.start for t in layout.tensors}
     assert all(lo in starts for lo, _ in ranges[1:])
