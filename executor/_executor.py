@@ -33,7 +33,8 @@ import torch
 
 from executor import _metrics
 from executor._hops import Loader
-from executor._l0 import DeviceModel, L0Cache, Shard, gpu_capacities, l0_devices
+from executor._l0 import DeviceModel, L0Cache, Shard, gpu_capacities
+from executor._l0 import l0_devices as node_devices
 from executor._l1 import HostBlock, L1Cache
 from executor._l2 import L2Cache, L2Object
 from executor._orders import OrderBook
@@ -103,6 +104,8 @@ class Executor:
     on the CPU device runs the CUDA structure (through L1 or the staging ring, with device copies).
     ``stores``: the object store to use per uri scheme, instead of the one ``open_store`` would open.
     ``staging_ring``: builds the ring a model too big for L1 is staged through (``StagingRing``).
+    ``l0_devices``: the device of each GPU of L0, in the node's order, instead of the ones ``device`` and
+    ``l0_gpus`` name (the GPU check puts two on one CUDA device to run the multi-GPU structure there).
     """
 
     def __init__(
@@ -118,6 +121,7 @@ class Executor:
         direct_l0: bool | None = None,
         stores: Mapping[str, ObjectStore] | None = None,
         staging_ring: RingFactory | None = None,
+        l0_devices: Sequence[str] | None = None,
     ) -> None:
         if settings is not None:
             executor = executor or settings.executor
@@ -129,7 +133,11 @@ class Executor:
         self._clock = clock
         self._catalog = catalog
         self._lock = threading.Lock()
-        devices = l0_devices(device or self.settings.device, self.settings.l0_gpus)
+        devices = (
+            [torch.device(d) for d in l0_devices]
+            if l0_devices
+            else node_devices(device or self.settings.device, self.settings.l0_gpus)
+        )
         self.device = devices[0]  # the first GPU: where L1 is pinned for, and what ``state`` names
         if direct_l0 is None:
             direct_l0 = self.device.type == "cpu"

@@ -107,8 +107,8 @@ def l0_capacity(settings: ExecutorSettings, device: torch.device, *, share: int 
 
 
 def gpu_capacities(settings: ExecutorSettings, devices: Sequence[torch.device]) -> list[int]:
-    """Each GPU's budget; the cpu's virtual GPUs share its memory, so each gets its part of it."""
-    return [l0_capacity(settings, d, share=devices.count(d) if d.type == "cpu" else 1) for d in devices]
+    """Each GPU's budget; virtual GPUs on one device (the cpu's) share its memory: each gets its part."""
+    return [l0_capacity(settings, d, share=devices.count(d)) for d in devices]
 
 
 @dataclass(frozen=True)
@@ -371,3 +371,6 @@ class L0Cache:
         model.shards, model.buffer, model.padded = (), None, None
         if self.is_cuda:
             torch.cuda.empty_cache()
+            # Blocks an engine mapped over CUDA IPC wait in torch's limbo until it lets go: free those
+            # whose engines have.
+            torch.cuda.ipc_collect()
