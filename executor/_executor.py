@@ -4,10 +4,16 @@ It owns the three local tiers (``_l0``, ``_l1``, ``_l2``, over ``_tier``) and is
 two parts: the hop paths that move a model between them (``_hops.Loader``) and order application
 (``_orders.OrderBook``). Every method is thread-safe.
 
+L0 is per GPU (``_l0``): one executor drives every GPU of its node, places a new L0 copy on the GPUs
+an order names (``ensure(..., gpus=)``) or where ``prewarm.gpu_placement`` says, holds a model larger
+than one GPU as whole-tensor shards across several, and reports each GPU in ``state().gpus``.
+
 Leases: ``lease`` gives an engine process (through the hand-off socket, ``_handoff``) a model's L1
-block and pins it there until ``release``. A leased block is never chosen to make room (it is pinned),
-an order to evict or demote it is not carried out for that tier while the lease lasts, and a catalog
-change makes it unservable to new clients but leaves it to the engines that hold it.
+block and pins it there until ``release``; ``lease_device`` does the same for its L0 copy (share or
+copy mode; a copy-mode release with ``copied`` frees the executor's copy), and a ``rank`` asks for one
+shard. A leased copy is never chosen to make room (it is pinned), an order to evict or demote it is not
+carried out for that tier while the lease lasts, and a catalog change makes it unservable to new
+clients but leaves it to the engines that hold it.
 
 Staleness: L1 and L0 entries are keyed by ``(model, version, sha256)`` and looked up with the key of
 the catalog now in force, so after ``update_catalog`` an old copy is unreachable (and evicted as
@@ -24,7 +30,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -33,15 +38,16 @@ import torch
 
 from executor import _metrics
 from executor._hops import Loader
-from executor._l0 import DeviceModel, L0Cache, Shard, gpu_capacities
+from executor._l0 import L0Cache, gpu_capacities
 from executor._l0 import l0_devices as node_devices
 from executor._l1 import HostBlock, L1Cache
-from executor._l2 import L2Cache, L2Object
+from executor._l2 import L2Cache
+from executor._leases import DeviceLease, HostLease, tier_state
 from executor._orders import OrderBook
 from executor._pipeline import RingFactory, StagingRing
 from executor._result import LoadResult
 from executor._stores import ObjectStore
-from executor._tier import Entry, ModelKey, TierCache
+from executor._tier import ModelKey, TierCache
 from models import Catalog, ModelSpec
 from prewarm import (
     CACHE_TIERS,
@@ -54,7 +60,6 @@ from prewarm import (
     InvalidInput,
     Order,
     OrderOutcome,
-    ResidentModel,
     S3Settings,
     Settings,
     Tier,
@@ -66,34 +71,6 @@ from prewarm_client import BlockLayout
 __all__ = ["DeviceLease", "Executor", "HostLease", "LoadResult"]
 
 log = get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class HostLease:
-    """One engine's hold on a model's L1 block: the block, where its files lie, and how it was got.
-    ``shard``: the bytes of the block that are the asking rank's (None: the whole model)."""
-
-    id: str
-    spec: ModelSpec
-    block: HostBlock
-    files: BlockLayout
-    served_from: Tier
-    wait_s: float
-    shard: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True)
-class DeviceLease:
-    """One engine's hold on a model's L0 copy: the shards it was given (all, or its rank's), in
-    ``mode`` share (it maps this memory) or copy (it clones it, then this copy is freed)."""
-
-    id: str
-    spec: ModelSpec
-    model: DeviceModel
-    shards: tuple[Shard, ...]
-    mode: str
-    served_from: Tier
-    wait_s: float
 
 
 class Executor:
@@ -481,39 +458,9 @@ class Executor:
         )
 
     def _tier_state(self, tier: Tier, cache: TierCache[Any, Any]) -> TierState:
-        residents = []
-        leased = self._leased_keys(tier)
         with self._lock:
             waits = {key: wait for (where, key), wait in self._lease_waits.items() if where is tier}
-        for entry in cache.snapshot():
-            if not entry.ready:
-                continue
-            model, version, sha = self._describe(tier, entry)
-            residents.append(
-                ResidentModel(
-                    model=model,
-                    version=version,
-                    sha256=sha,
-                    bytes=entry.nbytes,
-                    last_used=entry.last_used,
-                    loaded_at=entry.loaded_at,
-                    pins=entry.pins,
-                    prefetched=entry.prefetched,
-                    gpus=list(entry.value.gpus) if tier is Tier.L0 and entry.value is not None else [],
-                    leases=leased.get(entry.key, 0),
-                    lease_wait_s=waits.get(entry.key),
-                )
-            )
-        return TierState(tier=tier, capacity_bytes=cache.capacity, used_bytes=cache.used, resident=residents)
-
-    @staticmethod
-    def _describe(tier: Tier, entry: Entry[Any, Any]) -> tuple[str, str, str | None]:
-        if tier is Tier.L2:
-            obj: L2Object | None = entry.value
-            assert obj is not None
-            return obj.model, obj.version, obj.sha256
-        model, version, sha = entry.key
-        return model, version, sha
+        return tier_state(tier, cache, self._leased_keys(tier), waits)
 
     # ------------------------------------------------------------------ maintenance
 

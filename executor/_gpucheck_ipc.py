@@ -304,7 +304,7 @@ def _copy(ex: Any, sockets: Path, size: int, expected: dict[str, str]) -> dict[s
     reserved = [torch.cuda.memory_reserved(d) for d in range(torch.cuda.device_count())]
     got = _engine(sockets, "c", "cuda:0", "copy")
     left = _wait(lambda: _in_l0(ex, "c") is None)
-    torch.cuda.ipc_collect()
+    torch.cuda.ipc_collect()  # type: ignore[no-untyped-call]
     after = [torch.cuda.memory_reserved(d) for d in range(torch.cuda.device_count())]
     returned = sum(reserved) - sum(after)
     return {

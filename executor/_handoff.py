@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from executor import _ipc
-from executor._executor import DeviceLease, Executor, HostLease
+from executor._executor import Executor
+from executor._leases import DeviceLease, HostLease
 from prewarm import (
     CapacityError,
     ConfigError,

@@ -15,8 +15,9 @@ pools, the object stores by scheme and the bandwidth estimate. Loads of one mode
 per-model lock: the second caller finds the first caller's copy); loads of different models run in
 parallel, bounded by the tier budgets, which are reserved before any byte moves. A load with
 ``demand=True`` pre-empts prefetch transfers on the links it uses, and upgrades a prefetch of the same
-model already under way. Whatever a load reserves stays invisible until ``_commit``; a failed load
-gives it back (``_abort``), so nothing partial is ever served.
+model already under way. Whatever a load reserves stays invisible until it is committed; a failed load
+gives it back (``abort``), so nothing partial is ever served. The hops between host and device memory
+(L1 → L0, L0 → L1) and committing what a load filled live in ``_hops_l0``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from executor._checkpoints import fetch_checkpoint, l2_layout
+from executor._hops_l0 import DeviceHops
 from executor._l0 import DeviceModel, L0Cache
 from executor._l1 import HostBlock, L1Cache, block_files, copy_small_files
 from executor._l2 import L2Cache, L2Object, L2Reader, TempWrite
@@ -95,6 +97,7 @@ class Loader:
         self._model_locks: dict[ModelKey, threading.Lock] = {}
         self._waiting_demands: dict[ModelKey, int] = {}
         self._bandwidth = Bandwidth()
+        self._device = DeviceHops(l0, l1, self._gates["L1->L0"], settings.chunk_bytes, self._is_demand)
 
     def load(self, spec: ModelSpec, tier: Tier, demand: bool, gpus: Sequence[int] = ()) -> LoadResult:
         """Bring ``spec`` to ``tier`` (L0, L1 or L2); a second load of the same model waits for the first.
@@ -148,11 +151,11 @@ class Loader:
                 try:
                     self.l1.cache.lookup(key, use=demand)
                     if tier is Tier.L0:
-                        self._l1_to_l0(spec, block, hops, demand, gpus)
+                        self._device.l1_to_l0(spec, block, hops, demand, gpus)
                 finally:
                     self.l1.cache.unpin(key)
                 return result(Tier.L1)
-        if tier is Tier.L1 and self._l0_to_l1(spec, hops, demand):
+        if tier is Tier.L1 and self._device.l0_to_l1(spec, hops, demand):
             return result(Tier.L0)  # a demotion: copied down from the device, no disk read
         obj = self.l2.lookup(spec.sha256) or self.l2.refresh(spec.sha256)
         if tier is Tier.L2:
@@ -206,9 +209,9 @@ class Loader:
                 tw = self.l2.begin(sha, layout.file_bytes, model=spec.id, version=spec.version, name=name)
                 self._download(spec, store, tw, block, device_model, hops, demand)
             except BaseException:
-                self._abort(key, block, device_model)
+                self._device.abort(key, block, device_model)
                 raise
-        self._commit(key, layout, block, device_model)
+        self._device.commit(key, layout, block, device_model)
         if tier is not Tier.L0 or device_model is not None:
             return Tier.L3
         if block is None:
@@ -219,7 +222,7 @@ class Loader:
         if pinned is None:
             raise CapacityError(f"{spec.id}: L1 copy was evicted before it reached L0")
         try:
-            self._l1_to_l0(spec, pinned, hops, demand, gpus)
+            self._device.l1_to_l0(spec, pinned, hops, demand, gpus)
         finally:
             self.l1.cache.unpin(key)
         return Tier.L3
@@ -376,9 +379,9 @@ class Loader:
                 except OSError as exc:
                     raise IntegrityError(f"{spec.id}: L2 directory unreadable now: {exc}") from exc
                 block.files = plan
-            self._commit(key, layout, block, device_model)
+            self._device.commit(key, layout, block, device_model)
         except BaseException:
-            self._abort(key, block, device_model)
+            self._device.abort(key, block, device_model)
             raise
         finally:
             self.l2.unpin(obj.sha256)
@@ -429,24 +432,6 @@ class Loader:
                 if copier is not None:
                     copier.finish()
 
-    def _l1_to_l0(
-        self, spec: ModelSpec, block: HostBlock, hops: HopTimer, demand: bool, gpus: tuple[int, ...]
-    ) -> None:
-        key = spec.key
-        layout = block.layout
-        assert layout is not None
-        device_model = self.l0.reserve(
-            key, layout.file_bytes, prefetched=not demand, layout=layout, gpus=gpus
-        )
-        try:
-            copier = DeviceCopier(device_model.segments())
-            with hops.hop("L1->L0"), self._gates["L1->L0"].transfer(self._is_demand(key, demand)) as transfer:
-                copier.copy_all(block.buffer, layout.file_bytes, self.settings.chunk_bytes, transfer)
-            self._commit(key, layout, None, device_model)
-        except BaseException:
-            self._abort(key, None, device_model)
-            raise
-
     def _demote_to_l2(self, spec: ModelSpec, hops: HopTimer) -> Tier | None:
         """Write a model that L1 or L0 holds to L2, verified like a download; where it came from, or
         None when neither holds it. From L1 the block is written as it is (O_DIRECT, no copy); from L0
@@ -489,48 +474,6 @@ class Loader:
             else:
                 self.l0.cache.unpin(key)
         return source
-
-    def _l0_to_l1(self, spec: ModelSpec, hops: HopTimer, demand: bool) -> bool:
-        """Copy a model down from L0 into L1 when only L0 holds it; False when L0 does not."""
-        key = spec.key
-        device_model = self.l0.cache.pin(key)
-        if device_model is None:
-            return False
-        try:
-            assert device_model.layout is not None  # committed entries have one
-            # A copy written down is the same bet as the copy it came from, not a new one: a model that
-            # served requests from L0 and is demoted to make room must not be counted as mispredicted.
-            prefetched = not demand and self.l0.cache.unused_prefetch(key)
-            block = self.l1.reserve(key, device_model.nbytes, prefetched=prefetched)
-            try:
-                with hops.hop("L0->L1"):
-                    device_model.copy_to(block.buffer)  # synchronous: the block is ready after
-                self._commit(key, device_model.layout, block, None)
-            except BaseException:
-                self._abort(key, block, None)
-                raise
-        finally:
-            self.l0.cache.unpin(key)
-        return True
-
-    def _commit(
-        self, key: ModelKey, layout: Layout, block: HostBlock | None, device_model: DeviceModel | None
-    ) -> None:
-        """Make what a load filled visible: its L1 block, its L0 buffer (with a view per tensor)."""
-        if block is not None:
-            block.layout = layout
-            self.l1.cache.commit(key, block)
-        if device_model is not None:
-            device_model.layout = layout
-            device_model.tensors = device_model.views(layout)
-            self.l0.cache.commit(key, device_model)
-
-    def _abort(self, key: ModelKey, block: HostBlock | None, device_model: DeviceModel | None) -> None:
-        """Give back what a failed load reserved; none of it was ever visible."""
-        if device_model is not None:
-            self.l0.cache.abort(key)
-        if block is not None:
-            self.l1.cache.abort(key)
 
     def _store(self, uri: str) -> ObjectStore:
         scheme = uri.partition("://")[0]

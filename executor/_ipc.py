@@ -17,7 +17,7 @@ import os
 
 import torch
 
-from executor._executor import DeviceLease
+from executor._leases import DeviceLease
 from executor._l0 import Shard
 from prewarm import InvalidInput
 from prewarm_client import CudaIpcHandle, DeviceShard, TableEntry, TensorTable
@@ -52,9 +52,9 @@ def _handle(shard: Shard) -> CudaIpcHandle:
             "(ask without a mode for the L1 block)",
             reason="mode",
         )
-    shared = buffer.untyped_storage()._share_cuda_()  # type: ignore[attr-defined]
+    shared = buffer.untyped_storage()._share_cuda_()  # type: ignore[no-untyped-call]
     return CudaIpcHandle.from_share_cuda(
-        shared, offset=buffer.storage_offset(), length=shard.nbytes, uuid=_gpu_uuid(buffer.device)
+        shared, offset=int(buffer.storage_offset()), length=shard.nbytes, uuid=_gpu_uuid(buffer.device)
     )
 
 

@@ -373,4 +373,4 @@ class L0Cache:
             torch.cuda.empty_cache()
             # Blocks an engine mapped over CUDA IPC wait in torch's limbo until it lets go: free those
             # whose engines have.
-            torch.cuda.ipc_collect()
+            torch.cuda.ipc_collect()  # type: ignore[no-untyped-call]

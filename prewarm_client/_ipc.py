@@ -253,7 +253,7 @@ def import_shard(ipc: CudaIpcHandle) -> torch.Tensor:
     """The shard as a flat uint8 CUDA tensor mapping the executor's memory (no copy)."""
     from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
-    tensor: torch.Tensor = rebuild_cuda_tensor(
+    tensor: torch.Tensor = rebuild_cuda_tensor(  # type: ignore[no-untyped-call]
         torch.Tensor,
         torch.Size([ipc.length]),
         (1,),

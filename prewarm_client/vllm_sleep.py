@@ -69,7 +69,8 @@ class VllmSleepClient:
             raise SleepModeError(
                 f"{self.base_url}/is_sleeping answered {body!r}, not {{'is_sleeping': bool}}"
             )
-        return body["is_sleeping"]
+        sleeping: bool = body["is_sleeping"]
+        return sleeping
 
     def _call(self, method: str, path: str, query: list[tuple[str, str]]) -> Any:
         url = self.base_url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
