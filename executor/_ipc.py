@@ -17,8 +17,8 @@ import os
 
 import torch
 
-from executor._leases import DeviceLease
 from executor._l0 import Shard
+from executor._leases import DeviceLease
 from prewarm import InvalidInput
 from prewarm_client import CudaIpcHandle, DeviceShard, TableEntry, TensorTable
 
