@@ -305,10 +305,11 @@ class Executor:
         """Rank ``rank``'s bytes of the model: its shard in L0 when L0 holds it, else the shard it would
         get on this node (``L0Cache.shards_for``: the same cut)."""
         model = self.l0.cache.lookup(spec.key, use=False)
+        assert block.layout is not None  # committed blocks have one
         ranges = (
             [(s.start, s.end) for s in model.shards]
             if model is not None
-            else self.l0.shards_for(block.nbytes, block.layout)
+            else self.l0.shards_for(block.layout.file_bytes, block.layout)  # the bytes L0 would place
         )
         if not 0 <= rank < len(ranges):
             raise InvalidInput(

@@ -180,3 +180,19 @@ def test_a_cuda_ipc_handle_travels_as_json_and_is_checked() -> None:
     body["handle"] = "not base64!"
     with pytest.raises(ProtocolError, match="base64"):
         CudaIpcHandle.from_json(body)
+
+
+def test_a_rank_of_a_model_only_in_l1_gets_the_shard_l0_would_give_it(
+    serve: Any, two_models: Catalog
+) -> None:
+    executor, socket_dir = serve(two_models, **_split(two_models))
+    spec = two_models["m0"]
+    executor.ensure("m0", Tier.L1)
+    with open_weights("m0", socket_dir=socket_dir, rank=1) as weights:
+        in_l1 = set(weights)
+    assert "m0" not in _l0(executor)
+    executor.ensure("m0", Tier.L0)
+    model = executor.l0.cache.lookup(spec.key, use=False)
+    assert model is not None
+    assert model.layout is not None
+    assert in_l1 == {t.name for t in model.layout.tensors if t.start >= model.shards[1].start}
