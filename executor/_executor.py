@@ -4,10 +4,16 @@ It owns the three local tiers (``_l0``, ``_l1``, ``_l2``, over ``_tier``) and is
 two parts: the hop paths that move a model between them (``_hops.Loader``) and order application
 (``_orders.OrderBook``). Every method is thread-safe.
 
+L0 is per GPU (``_l0``): one executor drives every GPU of its node, places a new L0 copy on the GPUs
+an order names (``ensure(..., gpus=)``) or where ``prewarm.gpu_placement`` says, holds a model larger
+than one GPU as whole-tensor shards across several, and reports each GPU in ``state().gpus``.
+
 Leases: ``lease`` gives an engine process (through the hand-off socket, ``_handoff``) a model's L1
-block and pins it there until ``release``. A leased block is never chosen to make room (it is pinned),
-an order to evict or demote it is not carried out for that tier while the lease lasts, and a catalog
-change makes it unservable to new clients but leaves it to the engines that hold it.
+block and pins it there until ``release``; ``lease_device`` does the same for its L0 copy (share or
+copy mode; a copy-mode release with ``copied`` frees the executor's copy), and a ``rank`` asks for one
+shard. A leased copy is never chosen to make room (it is pinned), an order to evict or demote it is not
+carried out for that tier while the lease lasts, and a catalog change makes it unservable to new
+clients but leaves it to the engines that hold it.
 
 Staleness: L1 and L0 entries are keyed by ``(model, version, sha256)`` and looked up with the key of
 the catalog now in force, so after ``update_catalog`` an old copy is unreachable (and evicted as
@@ -23,8 +29,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -33,14 +38,16 @@ import torch
 
 from executor import _metrics
 from executor._hops import Loader
-from executor._l0 import L0Cache, l0_capacity, resolve_device
+from executor._l0 import L0Cache, gpu_capacities
+from executor._l0 import l0_devices as node_devices
 from executor._l1 import HostBlock, L1Cache
-from executor._l2 import L2Cache, L2Object
+from executor._l2 import L2Cache
+from executor._leases import DeviceLease, HostLease, tier_state
 from executor._orders import OrderBook
 from executor._pipeline import RingFactory, StagingRing
 from executor._result import LoadResult
 from executor._stores import ObjectStore
-from executor._tier import Entry, ModelKey, TierCache
+from executor._tier import ModelKey, TierCache
 from models import Catalog, ModelSpec
 from prewarm import (
     CACHE_TIERS,
@@ -48,11 +55,11 @@ from prewarm import (
     ConfigError,
     ExecutorSettings,
     ExecutorState,
+    GpuState,
     IntegrityError,
     InvalidInput,
     Order,
     OrderOutcome,
-    ResidentModel,
     S3Settings,
     Settings,
     Tier,
@@ -61,21 +68,9 @@ from prewarm import (
 )
 from prewarm_client import BlockLayout
 
-__all__ = ["Executor", "HostLease", "LoadResult"]
+__all__ = ["DeviceLease", "Executor", "HostLease", "LoadResult"]
 
 log = get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class HostLease:
-    """One engine's hold on a model's L1 block: the block, where its files lie, and how it was got."""
-
-    id: str
-    spec: ModelSpec
-    block: HostBlock
-    files: BlockLayout
-    served_from: Tier
-    wait_s: float
 
 
 class Executor:
@@ -86,6 +81,8 @@ class Executor:
     on the CPU device runs the CUDA structure (through L1 or the staging ring, with device copies).
     ``stores``: the object store to use per uri scheme, instead of the one ``open_store`` would open.
     ``staging_ring``: builds the ring a model too big for L1 is staged through (``StagingRing``).
+    ``l0_devices``: the device of each GPU of L0, in the node's order, instead of the ones ``device`` and
+    ``l0_gpus`` name (the GPU check puts two on one CUDA device to run the multi-GPU structure there).
     """
 
     def __init__(
@@ -101,6 +98,7 @@ class Executor:
         direct_l0: bool | None = None,
         stores: Mapping[str, ObjectStore] | None = None,
         staging_ring: RingFactory | None = None,
+        l0_devices: Sequence[str] | None = None,
     ) -> None:
         if settings is not None:
             executor = executor or settings.executor
@@ -112,7 +110,12 @@ class Executor:
         self._clock = clock
         self._catalog = catalog
         self._lock = threading.Lock()
-        self.device = resolve_device(device or self.settings.device)
+        devices = (
+            [torch.device(d) for d in l0_devices]
+            if l0_devices
+            else node_devices(device or self.settings.device, self.settings.l0_gpus)
+        )
+        self.device = devices[0]  # the first GPU: where L1 is pinned for, and what ``state`` names
         if direct_l0 is None:
             direct_l0 = self.device.type == "cpu"
         elif direct_l0 and self.device.type != "cpu":
@@ -135,7 +138,9 @@ class Executor:
         # for an executor that no scheduler drives (an infinite TTL never expires anything).
         ttl_s = cfg.prefetch_ttl_s if cfg.prefetch_ttl_s is not None else math.inf
         self.l1 = L1Cache(cfg.l1_budget_bytes, pinned=self.device.type == "cuda", clock=clock, ttl_s=ttl_s)
-        self.l0 = L0Cache(l0_capacity(cfg, self.device), self.device, clock=clock, ttl_s=ttl_s)
+        self.l0 = L0Cache(
+            list(zip(devices, gpu_capacities(cfg, devices), strict=True)), clock=clock, ttl_s=ttl_s
+        )
         self._loader = Loader(
             settings=cfg,
             s3=self.s3_settings,
@@ -149,8 +154,9 @@ class Executor:
         )
         self._orders = OrderBook(self, name=cfg.node_name, clock=clock)
         self._leases: dict[str, HostLease] = {}
+        self._device_leases: dict[str, DeviceLease] = {}
         self._lease_ids = itertools.count(1)
-        self._lease_waits: dict[ModelKey, float] = {}  # the latest lease's wait, for the state report
+        self._lease_waits: dict[tuple[Tier, ModelKey], float] = {}  # the latest lease's wait, per tier
 
     # ------------------------------------------------------------------ catalog
 
@@ -183,18 +189,27 @@ class Executor:
 
     # ------------------------------------------------------------------ loading
 
-    def ensure(self, model_id: str, tier: Tier | str = Tier.L0, *, demand: bool = False) -> LoadResult:
+    def ensure(
+        self,
+        model_id: str,
+        tier: Tier | str = Tier.L0,
+        *,
+        demand: bool = False,
+        gpus: Sequence[int] = (),
+    ) -> LoadResult:
         """Bring ``model_id`` (the catalog's current version) to ``tier`` (L0, L1 or L2).
 
         ``demand=True`` means a request is waiting: this load pre-empts prefetches on shared links, and
         the entries it creates count as used. Otherwise the entries are prefetched (see ``prefetch_ttl_s``).
+        ``gpus``: the node's GPUs a new L0 copy goes to, one shard each (an order's ``gpus``); empty:
+        where ``prewarm.gpu_placement`` puts it. A copy already in L0 stays where it is.
         """
         tier = Tier(tier)
         if tier is Tier.L3:
             raise InvalidInput("ensure targets L0, L1 or L2; L3 is where weights come from", reason="tier")
         spec = self._spec(model_id)
         self._sweep()
-        result = self._loader.load(spec, tier, demand)
+        result = self._loader.load(spec, tier, demand, gpus if tier is Tier.L0 else ())
         _metrics.HITS.labels(result.served_from.value).inc()
         log.debug("ensured", extra=result.to_json())
         return result
@@ -225,16 +240,8 @@ class Executor:
 
     # ------------------------------------------------------------------ leases
 
-    def lease(
-        self, model_id: str, *, version: str | None = None, sha256: str | None = None, load: bool = True
-    ) -> HostLease | None:
-        """Pin ``model_id``'s L1 block for an engine until ``release``; load it to L1 first (as a demand
-        load) unless ``load`` is False, when None means it is not in L1.
-
-        ``version`` and ``sha256`` are the engine's fingerprint: when either differs from the catalog's
-        entry (the only copy the executor serves) nothing is served and ``IntegrityError`` says why.
-        """
-        started = time.perf_counter()
+    def _checked_spec(self, model_id: str, version: str | None, sha256: str | None) -> ModelSpec:
+        """The catalog's entry, when the engine's fingerprint matches it; ``IntegrityError`` says why not."""
         spec = self._spec(model_id)
         wrong = [
             f"{what} {asked!r} (the executor holds {held!r})"
@@ -243,6 +250,27 @@ class Executor:
         ]
         if wrong:
             raise IntegrityError(f"{model_id}: refused, fingerprint mismatch: asked for " + ", ".join(wrong))
+        return spec
+
+    def lease(
+        self,
+        model_id: str,
+        *,
+        version: str | None = None,
+        sha256: str | None = None,
+        load: bool = True,
+        rank: int | None = None,
+    ) -> HostLease | None:
+        """Pin ``model_id``'s L1 block for an engine until ``release``; load it to L1 first (as a demand
+        load) unless ``load`` is False, when None means it is not in L1.
+
+        ``version`` and ``sha256`` are the engine's fingerprint: when either differs from the catalog's
+        entry (the only copy the executor serves) nothing is served and ``IntegrityError`` says why.
+        ``rank``: the engine is that rank of a model held across GPUs and wants its shard alone; the
+        lease says which bytes of the block it is (``shard``).
+        """
+        started = time.perf_counter()
+        spec = self._checked_spec(model_id, version, sha256)
         served_from = Tier.L1
         for _attempt in range(3):
             if load:
@@ -255,6 +283,11 @@ class Executor:
             # Evicted (or the catalog moved) between the load and the pin: load again.
         else:
             raise CapacityError(f"{model_id}: evicted from L1 three times before it could be leased")
+        try:
+            shard = None if rank is None else self._rank_range(spec, block, rank)
+        except BaseException:
+            self.l1.cache.unpin(spec.key)
+            raise
         self.l1.cache.lookup(spec.key, use=True)
         assert block.layout is not None  # committed blocks have one
         # A block filled from L2 knows its files; one copied down from L0 holds the weights alone, laid
@@ -262,27 +295,106 @@ class Executor:
         files = block.files or BlockLayout.pack([(f.path, f.size_bytes) for f in spec.weight_files()])
         wait = time.perf_counter() - started
         with self._lock:
-            lease = HostLease(f"{os.getpid()}-{next(self._lease_ids)}", spec, block, files, served_from, wait)
+            lease_id = f"{os.getpid()}-{next(self._lease_ids)}"
+            lease = HostLease(lease_id, spec, block, files, served_from, wait, shard)
             self._leases[lease.id] = lease
-            self._lease_waits[spec.key] = wait
+            self._lease_waits[(Tier.L1, spec.key)] = wait
         return lease
 
-    def release(self, lease_id: str) -> bool:
-        """End a lease; False when there is no such lease (already released)."""
+    def _rank_range(self, spec: ModelSpec, block: HostBlock, rank: int) -> tuple[int, int]:
+        """Rank ``rank``'s bytes of the model: its shard in L0 when L0 holds it, else the shard it would
+        get on this node (``L0Cache.shards_for``: the same cut)."""
+        model = self.l0.cache.lookup(spec.key, use=False)
+        assert block.layout is not None  # committed blocks have one
+        ranges = (
+            [(s.start, s.end) for s in model.shards]
+            if model is not None
+            else self.l0.shards_for(block.layout.file_bytes, block.layout)  # the bytes L0 would place
+        )
+        if not 0 <= rank < len(ranges):
+            raise InvalidInput(
+                f"{spec.id} is held as {len(ranges)} shard(s) on this node: no rank {rank}", reason="rank"
+            )
+        return ranges[rank]
+
+    def lease_device(
+        self,
+        model_id: str,
+        *,
+        version: str | None = None,
+        sha256: str | None = None,
+        rank: int | None = None,
+        mode: str = "share",
+        load: bool = True,
+    ) -> DeviceLease | None:
+        """Pin ``model_id``'s L0 copy for an engine (``mode`` share: it maps this memory; copy: it clones
+        it, and ``release(..., copied=True)`` then frees this copy). Loads it to L0 first (demand) unless
+        ``load`` is False, when None means L0 does not hold it. ``rank``: that shard alone; None: all.
+
+        The lease works on any device; handing it over (CUDA IPC handles) is the socket's part.
+        """
+        if mode not in ("share", "copy"):
+            raise InvalidInput(f"mode must be share or copy, not {mode!r}", reason="mode")
+        started = time.perf_counter()
+        spec = self._checked_spec(model_id, version, sha256)
+        served_from = Tier.L0
+        for _attempt in range(3):
+            if load:
+                served_from = self.ensure(model_id, Tier.L0, demand=True).served_from
+            model = self.l0.cache.pin(spec.key)
+            if model is not None:
+                break
+            if not load:
+                return None
+        else:
+            raise CapacityError(f"{model_id}: evicted from L0 three times before it could be leased")
+        if rank is not None and not 0 <= rank < len(model.shards):
+            self.l0.cache.unpin(spec.key)
+            raise InvalidInput(
+                f"{model_id} is held as {len(model.shards)} shard(s) in L0: no rank {rank}", reason="rank"
+            )
+        self.l0.cache.lookup(spec.key, use=True)
+        shards = model.shards if rank is None else (model.shards[rank],)
+        wait = time.perf_counter() - started
+        with self._lock:
+            lease_id = f"{os.getpid()}-{next(self._lease_ids)}"
+            lease = DeviceLease(lease_id, spec, model, shards, mode, served_from, wait)
+            self._device_leases[lease.id] = lease
+            self._lease_waits[(Tier.L0, spec.key)] = wait
+        return lease
+
+    def release(self, lease_id: str, *, copied: bool = False) -> bool:
+        """End a lease; False when there is no such lease (already released). ``copied``: the engine of
+        a copy-mode L0 lease has its own copy now, so this one leaves GPU memory."""
         with self._lock:
             lease = self._leases.pop(lease_id, None)
-        if lease is None:
+            device_lease = self._device_leases.pop(lease_id, None) if lease is None else None
+        if lease is not None:
+            self.l1.cache.unpin(lease.spec.key)
+            return True
+        if device_lease is None:
             return False
-        self.l1.cache.unpin(lease.spec.key)
+        key = device_lease.spec.key
+        self.l0.cache.unpin(key)
+        if copied and device_lease.mode == "copy" and key not in self._leased_keys(Tier.L0):
+            # Lower tiers keep what they hold: the engine has the model, this node still has the bytes.
+            self.l0.cache.evict(key, "handed_off")
         return True
 
     def leases(self) -> list[HostLease]:
         with self._lock:
             return list(self._leases.values())
 
-    def _leased_keys(self) -> dict[ModelKey, int]:
+    def device_leases(self) -> list[DeviceLease]:
+        with self._lock:
+            return list(self._device_leases.values())
+
+    def _leased_keys(self, tier: Tier = Tier.L1) -> dict[ModelKey, int]:
+        held: list[HostLease] | list[DeviceLease] = (
+            self.leases() if tier is Tier.L1 else self.device_leases() if tier is Tier.L0 else []
+        )
         counts: dict[ModelKey, int] = {}
-        for lease in self.leases():
+        for lease in held:
             counts[lease.spec.key] = counts.get(lease.spec.key, 0) + 1
         return counts
 
@@ -310,9 +422,9 @@ class Executor:
             )
             return bool(keys)
         cache: TierCache[ModelKey, Any] = self.l0.cache if tier is Tier.L0 else self.l1.cache
-        leased = self._leased_keys() if tier is Tier.L1 else {}
+        leased = self._leased_keys(tier)
         if any(key[0] == model_id for key in leased):
-            log.info("leased by an engine: stays in L1", extra={"model": model_id})
+            log.info(f"leased by an engine: stays in {tier.value}", extra={"model": model_id})
         return bool(cache.evict_where(lambda e: e.key[0] == model_id and e.key not in leased, "order"))
 
     # ------------------------------------------------------------------ orders
@@ -326,55 +438,30 @@ class Executor:
     def state(self) -> ExecutorState:
         """Per tier: capacity, bytes used, resident models with version, last use and pins."""
         self._sweep()
-        gpu = self.device.index if self.device.type == "cuda" else None
         tiers = [
-            self._tier_state(Tier.L0, self.l0.cache, gpu),
-            self._tier_state(Tier.L1, self.l1.cache, None),
-            self._tier_state(Tier.L2, self.l2.cache, None),
+            self._tier_state(Tier.L0, self.l0.cache),
+            self._tier_state(Tier.L1, self.l1.cache),
+            self._tier_state(Tier.L2, self.l2.cache),
+        ]
+        used = self.l0.used_per_gpu()
+        gpus = [
+            GpuState(index=gpu.index, capacity_bytes=gpu.capacity, used_bytes=used[gpu.index])
+            for gpu in self.l0.gpus
         ]
         return ExecutorState(
             node=self.settings.node_name,
             at=self._clock(),
             device=str(self.device),
             tiers=tiers,
+            gpus=gpus,
             bandwidth_bytes_per_s=self._loader.bandwidth(),
             recent_outcomes=self._orders.recent(),
         )
 
-    def _tier_state(self, tier: Tier, cache: TierCache[Any, Any], gpu: int | None) -> TierState:
-        residents = []
-        leased = self._leased_keys() if tier is Tier.L1 else {}
+    def _tier_state(self, tier: Tier, cache: TierCache[Any, Any]) -> TierState:
         with self._lock:
-            waits = dict(self._lease_waits)
-        for entry in cache.snapshot():
-            if not entry.ready:
-                continue
-            model, version, sha = self._describe(tier, entry)
-            residents.append(
-                ResidentModel(
-                    model=model,
-                    version=version,
-                    sha256=sha,
-                    bytes=entry.nbytes,
-                    last_used=entry.last_used,
-                    loaded_at=entry.loaded_at,
-                    pins=entry.pins,
-                    prefetched=entry.prefetched,
-                    gpus=[gpu] if gpu is not None else [],
-                    leases=leased.get(entry.key, 0),
-                    lease_wait_s=waits.get(entry.key) if tier is Tier.L1 else None,
-                )
-            )
-        return TierState(tier=tier, capacity_bytes=cache.capacity, used_bytes=cache.used, resident=residents)
-
-    @staticmethod
-    def _describe(tier: Tier, entry: Entry[Any, Any]) -> tuple[str, str, str | None]:
-        if tier is Tier.L2:
-            obj: L2Object | None = entry.value
-            assert obj is not None
-            return obj.model, obj.version, obj.sha256
-        model, version, sha = entry.key
-        return model, version, sha
+            waits = {key: wait for (where, key), wait in self._lease_waits.items() if where is tier}
+        return tier_state(tier, cache, self._leased_keys(tier), waits)
 
     # ------------------------------------------------------------------ maintenance
 

@@ -1,7 +1,12 @@
-"""The hand-off socket: engine processes on this node take a model's L1 block from the executor.
+"""The hand-off socket: engine processes on this node take a model's L1 block, or (CUDA) its L0 copy,
+from the executor.
 
-The protocol is ``prewarm_client._protocol`` (the client's package owns it; this is the serving side).
-What this module adds is who may ask and how long a lease lasts:
+The protocol is ``prewarm_client._protocol`` and, for L0 over CUDA IPC, ``prewarm_client._ipc`` (the
+client's package owns it; this is the serving side). An ``open`` without a ``mode`` gets the L1 block
+(a memfd); with ``mode`` share or copy it gets the L0 shards' CUDA IPC handles and a tensor table
+(``_ipc``), on a CUDA executor only: the cpu stand-in refuses with reason ``mode``. A ``rank`` asks
+for that rank's shard of a model the node holds across GPUs (``_l0``), from either tier. What this
+module adds is who may ask and how long a lease lasts:
 
 * The socket lives in a private directory: created 0700 (or refused when it exists and belongs to
   another user, or is a symlink), the socket 0600. The filesystem already keeps other users out; the
@@ -10,6 +15,8 @@ What this module adds is who may ask and how long a lease lasts:
   with a message, and nothing else.
 * A lease lasts while its connection is open: an engine that closes it, or dies (the kernel closes its
   sockets: end of file here), gives its leases back. One thread per connection: engines per node are few.
+  A copy-mode L0 lease closed with ``"copied": true`` also frees the executor's L0 copy (the engine
+  has its own); one that ends any other way leaves it.
 * Every refusal (another uid, wrong fingerprint, unknown model, no room, not loaded with ``load:
   false``) is a reply with a message and a reason; nothing is served that the executor did not verify.
 """
@@ -25,13 +32,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from executor._executor import Executor, HostLease
+from executor import _ipc
+from executor._executor import Executor
+from executor._leases import DeviceLease, HostLease
 from prewarm import (
     CapacityError,
     ConfigError,
     IntegrityError,
+    InvalidInput,
     PrewarmError,
     UnknownModel,
     counter,
@@ -56,6 +66,7 @@ _REFUSED = counter(
     "prewarm_executor_handoff_refused_total", "Hand-off requests refused, by reason.", ["reason"]
 )
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+L = TypeVar("L", HostLease, DeviceLease)
 
 
 def prepare_socket_dir(path: Path) -> Path:
@@ -174,7 +185,7 @@ class HandoffServer:
     def _serve(self, conn: socket.socket) -> None:
         with self._lock:
             self._connections.add(conn)
-        held: dict[str, HostLease] = {}
+        held: dict[str, HostLease | DeviceLease] = {}
         try:
             pid, uid, _gid = _PEERCRED.unpack(
                 conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
@@ -215,7 +226,7 @@ class HandoffServer:
             conn.close()
 
     def _handle(
-        self, conn: socket.socket, message: dict[str, Any], held: dict[str, HostLease], pid: int
+        self, conn: socket.socket, message: dict[str, Any], held: dict[str, HostLease | DeviceLease], pid: int
     ) -> None:
         op = message.get("op")
         if op == "open":
@@ -225,13 +236,14 @@ class HandoffServer:
             if lease is None:
                 self._refuse(conn, f"no lease {message.get('lease')!r} on this connection", "no_lease")
                 return
-            self._end(lease, "closed")
+            # A copy-mode engine says it has its copy: the executor's L0 copy can go.
+            self._end(lease, "closed", copied=message.get("copied") is True)
             send_message(conn, {"ok": True})
         else:
             self._refuse(conn, f"unknown op {op!r}", "bad_request")
 
     def _open(
-        self, conn: socket.socket, message: dict[str, Any], held: dict[str, HostLease], pid: int
+        self, conn: socket.socket, message: dict[str, Any], held: dict[str, HostLease | DeviceLease], pid: int
     ) -> None:
         started = time.perf_counter()
         try:
@@ -240,28 +252,21 @@ class HandoffServer:
             self._refuse(conn, str(exc), "bad_request")
             return
         if request.mode is not None:
-            self._refuse(conn, "L0 over CUDA IPC (mode share/copy) is not served by this executor", "mode")
+            self._open_device(conn, request, held, pid, started)
             return
-        try:
-            lease = self.executor.lease(
-                request.model, version=request.version, sha256=request.sha256, load=request.load
-            )
-        except UnknownModel as exc:
-            self._refuse(conn, f"refused: unknown model {exc}", "unknown_model")
-            return
-        except IntegrityError as exc:
-            self._refuse(conn, str(exc), "fingerprint")
-            return
-        except CapacityError as exc:
-            self._refuse(conn, str(exc), "capacity")
-            return
-        except PrewarmError as exc:
-            self._refuse(conn, str(exc), "error")
-            return
+        lease = self._take(
+            conn,
+            request,
+            "L1",
+            lambda: self.executor.lease(
+                request.model,
+                version=request.version,
+                sha256=request.sha256,
+                load=request.load,
+                rank=request.rank,
+            ),
+        )
         if lease is None:
-            self._refuse(
-                conn, f"{request.model} is not in L1 and the request said not to load it", "not_loaded"
-            )
             return
         held[lease.id] = lease
         _LEASES.inc()
@@ -280,6 +285,7 @@ class HandoffServer:
                         "sha256": lease.spec.sha256,
                         "served_from": lease.served_from.value,
                         "wait_s": round(wait, 6),
+                        **({"shard": list(lease.shard)} if lease.shard is not None else {}),
                     },
                     [fd],
                 )
@@ -300,8 +306,102 @@ class HandoffServer:
         )
         self._changed()
 
-    def _end(self, lease: HostLease, why: str) -> None:
-        if self.executor.release(lease.id):
+    def _open_device(
+        self,
+        conn: socket.socket,
+        request: OpenRequest,
+        held: dict[str, HostLease | DeviceLease],
+        pid: int,
+        started: float,
+    ) -> None:
+        """L0 over CUDA IPC (``mode`` share or copy): the shards' handles and the tensor table."""
+        if not self.executor.l0.is_cuda:
+            self._refuse(
+                conn,
+                f"refused: L0 over CUDA IPC (mode {request.mode}) needs a CUDA executor; this one's L0 "
+                f"is on {self.executor.l0.device}: ask without a mode for the L1 block",
+                "mode",
+            )
+            return
+        lease = self._take(
+            conn,
+            request,
+            "L0",
+            lambda: self.executor.lease_device(
+                request.model,
+                version=request.version,
+                sha256=request.sha256,
+                rank=request.rank,
+                mode=request.mode or "share",
+                load=request.load,
+            ),
+        )
+        if lease is None:
+            return
+        held[lease.id] = lease
+        _LEASES.inc()
+        try:
+            shards, table = _ipc.export(lease)
+            fd, table_bytes = _ipc.table_memfd(table)
+            try:
+                wait = time.perf_counter() - started
+                send_message(
+                    conn,
+                    {
+                        "ok": True,
+                        "lease": lease.id,
+                        "mode": lease.mode,
+                        "model": lease.spec.id,
+                        "version": lease.spec.version,
+                        "sha256": lease.spec.sha256,
+                        "served_from": lease.served_from.value,
+                        "wait_s": round(wait, 6),
+                        "shards": [s.to_json() for s in shards],
+                        "table_bytes": table_bytes,
+                    },
+                    [fd],
+                )
+            finally:
+                os.close(fd)
+        except BaseException:
+            self._end(held.pop(lease.id), "reply failed")
+            raise
+        _LEASE_WAIT.labels(lease.served_from.value).observe(wait)
+        log.info(
+            "L0 lease opened",
+            extra={"model": lease.spec.id, "lease": lease.id, "pid": pid, "mode": lease.mode},
+        )
+        self._changed()
+
+    def _take(
+        self, conn: socket.socket, request: OpenRequest, tier: str, take: Callable[[], L | None]
+    ) -> L | None:
+        """The lease ``take`` gives, or None after refusing with the reason (nothing is served then)."""
+        try:
+            lease = take()
+        except UnknownModel as exc:
+            self._refuse(conn, f"refused: unknown model {exc}", "unknown_model")
+            return None
+        except IntegrityError as exc:
+            self._refuse(conn, str(exc), "fingerprint")
+            return None
+        except CapacityError as exc:
+            self._refuse(conn, str(exc), "capacity")
+            return None
+        except InvalidInput as exc:
+            self._refuse(conn, str(exc), exc.reason)
+            return None
+        except PrewarmError as exc:
+            self._refuse(conn, str(exc), "error")
+            return None
+        if lease is None:
+            self._refuse(
+                conn, f"{request.model} is not in {tier} and the request said not to load it", "not_loaded"
+            )
+        return lease
+
+    def _end(self, lease: HostLease | DeviceLease, why: str, *, copied: bool = False) -> None:
+        if self.executor.release(lease.id, copied=copied):
             _LEASES.dec()
             log.info("lease ended", extra={"model": lease.spec.id, "lease": lease.id, "why": why})
             self._changed()

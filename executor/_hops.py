@@ -15,20 +15,22 @@ pools, the object stores by scheme and the bandwidth estimate. Loads of one mode
 per-model lock: the second caller finds the first caller's copy); loads of different models run in
 parallel, bounded by the tier budgets, which are reserved before any byte moves. A load with
 ``demand=True`` pre-empts prefetch transfers on the links it uses, and upgrades a prefetch of the same
-model already under way. Whatever a load reserves stays invisible until ``_commit``; a failed load
-gives it back (``_abort``), so nothing partial is ever served.
+model already under way. Whatever a load reserves stays invisible until it is committed; a failed load
+gives it back (``abort``), so nothing partial is ever served. The hops between host and device memory
+(L1 → L0, L0 → L1) and committing what a load filled live in ``_hops_l0``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from executor._checkpoints import fetch_checkpoint, l2_layout
+from executor._hops_l0 import DeviceHops
 from executor._l0 import DeviceModel, L0Cache
 from executor._l1 import HostBlock, L1Cache, block_files, copy_small_files
 from executor._l2 import L2Cache, L2Object, L2Reader, TempWrite
@@ -44,7 +46,7 @@ from executor._pipeline import (
 )
 from executor._priority import LinkGate
 from executor._result import Bandwidth, HopTimer, LoadResult
-from executor._safetensors import Layout, tensor_views
+from executor._safetensors import Layout
 from executor._stores import MemoryStore, ObjectStore, open_store
 from executor._tier import ModelKey
 from models import ModelSpec
@@ -95,9 +97,13 @@ class Loader:
         self._model_locks: dict[ModelKey, threading.Lock] = {}
         self._waiting_demands: dict[ModelKey, int] = {}
         self._bandwidth = Bandwidth()
+        self._device = DeviceHops(l0, l1, self._gates["L1->L0"], settings.chunk_bytes, self._is_demand)
 
-    def load(self, spec: ModelSpec, tier: Tier, demand: bool) -> LoadResult:
-        """Bring ``spec`` to ``tier`` (L0, L1 or L2); a second load of the same model waits for the first."""
+    def load(self, spec: ModelSpec, tier: Tier, demand: bool, gpus: Sequence[int] = ()) -> LoadResult:
+        """Bring ``spec`` to ``tier`` (L0, L1 or L2); a second load of the same model waits for the first.
+
+        ``gpus``: where a new L0 copy goes (an order's GPUs, one shard each); empty: where the placement
+        rule says. A copy already in L0 stays where it is."""
         key = spec.key
         with self._lock:
             lock = self._model_locks.setdefault(key, threading.Lock())
@@ -105,7 +111,7 @@ class Loader:
                 self._waiting_demands[key] = self._waiting_demands.get(key, 0) + 1
         try:
             with lock:
-                return self._load(spec, tier, demand)
+                return self._load(spec, tier, demand, tuple(gpus))
         finally:
             if demand:
                 with self._lock:
@@ -124,7 +130,7 @@ class Loader:
     def _is_demand(self, key: ModelKey, demand: bool) -> Callable[[], bool]:
         return lambda: demand or self._waiting_demands.get(key, 0) > 0
 
-    def _load(self, spec: ModelSpec, tier: Tier, demand: bool) -> LoadResult:
+    def _load(self, spec: ModelSpec, tier: Tier, demand: bool, gpus: tuple[int, ...]) -> LoadResult:
         key = spec.key
         assert spec.sha256 is not None
         hops = HopTimer(spec.size_bytes, self._bandwidth.observe)
@@ -145,11 +151,11 @@ class Loader:
                 try:
                     self.l1.cache.lookup(key, use=demand)
                     if tier is Tier.L0:
-                        self._l1_to_l0(spec, block, hops, demand)
+                        self._device.l1_to_l0(spec, block, hops, demand, gpus)
                 finally:
                     self.l1.cache.unpin(key)
                 return result(Tier.L1)
-        if tier is Tier.L1 and self._l0_to_l1(spec, hops, demand):
+        if tier is Tier.L1 and self._device.l0_to_l1(spec, hops, demand):
             return result(Tier.L0)  # a demotion: copied down from the device, no disk read
         obj = self.l2.lookup(spec.sha256) or self.l2.refresh(spec.sha256)
         if tier is Tier.L2:
@@ -158,11 +164,11 @@ class Loader:
             demoted_from = self._demote_to_l2(spec, hops)
             if demoted_from is not None:
                 return result(demoted_from)  # written from host or device memory, no download
-            served = self._from_l3(spec, tier, hops, demand)
+            served = self._from_l3(spec, tier, hops, demand, gpus)
             return result(served)
         if obj is not None:
             try:
-                self._l2_up(spec, obj, tier, hops, demand)
+                self._l2_up(spec, obj, tier, hops, demand, gpus)
                 return result(Tier.L2)
             except IntegrityError as exc:
                 # A flipped byte on disk, or the file evicted by another process sharing the directory:
@@ -170,16 +176,18 @@ class Loader:
                 log.warning("L2 copy unusable, re-fetching", extra={"model": spec.id, "error": str(exc)})
                 self.l2.discard(spec.sha256, "integrity")
                 hops.seconds.clear()
-        served = self._from_l3(spec, tier, hops, demand)
+        served = self._from_l3(spec, tier, hops, demand, gpus)
         return result(served)
 
-    def _from_l3(self, spec: ModelSpec, tier: Tier, hops: HopTimer, demand: bool) -> Tier:
+    def _from_l3(
+        self, spec: ModelSpec, tier: Tier, hops: HopTimer, demand: bool, gpus: tuple[int, ...]
+    ) -> Tier:
         """L3 → L2, and into L1 in the same pass when the target is L1 or L0; for L0 each part is copied
         on to the device as soon as it has been hashed (on the CPU device it downloads into the L0 buffer
         itself). Returns where it came from."""
         assert spec.sha256 is not None
         if spec.is_checkpoint:
-            return self._checkpoint_from_l3(spec, tier, hops, demand)
+            return self._checkpoint_from_l3(spec, tier, hops, demand, gpus)
         key, sha = spec.key, spec.sha256
         store = self._store(spec.uri)
         layout = probe_l3(store, spec.uri)  # the header is validated before anything is allocated
@@ -193,33 +201,35 @@ class Loader:
             obj = self.l2.refresh(sha)
             if obj is not None:
                 if tier is not Tier.L2:
-                    self._l2_up(spec, obj, tier, hops, demand)
+                    self._l2_up(spec, obj, tier, hops, demand, gpus)
                 return Tier.L2
-            block, device_model = self._download_targets(spec, tier, demand)
+            block, device_model = self._download_targets(spec, layout, tier, demand, gpus)
             try:
                 name = spec.weight_files()[0].path
                 tw = self.l2.begin(sha, layout.file_bytes, model=spec.id, version=spec.version, name=name)
                 self._download(spec, store, tw, block, device_model, hops, demand)
             except BaseException:
-                self._abort(key, block, device_model)
+                self._device.abort(key, block, device_model)
                 raise
-        self._commit(key, layout, block, device_model)
+        self._device.commit(key, layout, block, device_model)
         if tier is not Tier.L0 or device_model is not None:
             return Tier.L3
         if block is None:
-            self._l2_up(spec, self._published(sha), tier, hops, demand)  # L1 could not hold it: staged
+            self._l2_up(spec, self._published(sha), tier, hops, demand, gpus)  # L1 could not hold it
             return Tier.L3
         # L0 had no room when the download started; maybe it has now.
         pinned = self.l1.cache.pin(key)
         if pinned is None:
             raise CapacityError(f"{spec.id}: L1 copy was evicted before it reached L0")
         try:
-            self._l1_to_l0(spec, pinned, hops, demand)
+            self._device.l1_to_l0(spec, pinned, hops, demand, gpus)
         finally:
             self.l1.cache.unpin(key)
         return Tier.L3
 
-    def _checkpoint_from_l3(self, spec: ModelSpec, tier: Tier, hops: HopTimer, demand: bool) -> Tier:
+    def _checkpoint_from_l3(
+        self, spec: ModelSpec, tier: Tier, hops: HopTimer, demand: bool, gpus: tuple[int, ...]
+    ) -> Tier:
         """A checkpoint comes to L2 first, as one verified directory, and goes up from there (L1 and L0
         hold its weights only, read back from the page cache just written)."""
         assert spec.sha256 is not None
@@ -240,18 +250,18 @@ class Loader:
                     )
                 served = Tier.L3
         if tier is not Tier.L2:
-            self._l2_up(spec, obj, tier, hops, demand)
+            self._l2_up(spec, obj, tier, hops, demand, gpus)
         return served
 
     def _download_targets(
-        self, spec: ModelSpec, tier: Tier, demand: bool
+        self, spec: ModelSpec, layout: Layout, tier: Tier, demand: bool, gpus: tuple[int, ...]
     ) -> tuple[HostBlock | None, DeviceModel | None]:
         """Where a download lands besides L2: an L1 block for L1 and L0, plus the L0 buffer for L0. On
         the CPU device a download to L0 lands in the L0 buffer alone (host RAM either way)."""
         key, size = spec.key, spec.size_bytes
         if tier is Tier.L0 and self._direct_l0:
             with contextlib.suppress(CapacityError):  # no room in L0 now: as on CUDA, L1 first
-                return None, self.l0.reserve(key, size, prefetched=not demand)
+                return None, self.l0.reserve(key, size, prefetched=not demand, layout=layout, gpus=gpus)
         if tier is Tier.L2:
             return None, None
         try:
@@ -263,7 +273,7 @@ class Loader:
         if tier is not Tier.L0:
             return block, None
         try:
-            return block, self.l0.reserve(key, size, prefetched=not demand)
+            return block, self.l0.reserve(key, size, prefetched=not demand, layout=layout, gpus=gpus)
         except CapacityError:
             return block, None  # L1 and L2 are still worth filling; L0 is tried again afterwards
         except BaseException:
@@ -281,7 +291,9 @@ class Loader:
         demand: bool,
     ) -> None:
         dest_buffer = block.buffer if block is not None else device_model.padded if device_model else None
-        copier = DeviceCopier(device_model.buffer) if block is not None and device_model is not None else None
+        copier = (
+            DeviceCopier(device_model.segments()) if block is not None and device_model is not None else None
+        )
         landed = None
         if copier is not None:
             assert block is not None
@@ -317,7 +329,15 @@ class Loader:
             raise CapacityError(f"L2 object {sha[:12]} was evicted before it could be read")
         return obj
 
-    def _l2_up(self, spec: ModelSpec, obj: L2Object, tier: Tier, hops: HopTimer, demand: bool) -> None:
+    def _l2_up(
+        self,
+        spec: ModelSpec,
+        obj: L2Object,
+        tier: Tier,
+        hops: HopTimer,
+        demand: bool,
+        gpus: tuple[int, ...] = (),
+    ) -> None:
         """L2 → L1, and on to L0 overlapped: each chunk is copied to the device as soon as it is read.
 
         When L1 cannot hold the model (bigger than its budget, or everything there in use) and the
@@ -349,7 +369,9 @@ class Loader:
                         raise
                     log.info("model does not fit L1 now: staging L2 -> L0", extra={"model": spec.id})
             if tier is Tier.L0:
-                device_model = self.l0.reserve(key, layout.file_bytes, prefetched=not demand)
+                device_model = self.l0.reserve(
+                    key, layout.file_bytes, prefetched=not demand, layout=layout, gpus=gpus
+                )
             self._read_l2(files, block, device_model, hops, self._is_demand(key, demand))
             if block is not None:
                 try:
@@ -357,9 +379,9 @@ class Loader:
                 except OSError as exc:
                     raise IntegrityError(f"{spec.id}: L2 directory unreadable now: {exc}") from exc
                 block.files = plan
-            self._commit(key, layout, block, device_model)
+            self._device.commit(key, layout, block, device_model)
         except BaseException:
-            self._abort(key, block, device_model)
+            self._device.abort(key, block, device_model)
             raise
         finally:
             self.l2.unpin(obj.sha256)
@@ -383,7 +405,7 @@ class Loader:
         Entries stay invisible until the caller commits them, so a failed chunk leaves nothing behind.
         """
         direct = self._direct_l0 and block is None and device_model is not None
-        copier = DeviceCopier(device_model.buffer) if device_model is not None and not direct else None
+        copier = DeviceCopier(device_model.segments()) if device_model is not None and not direct else None
         window = 2 * self.settings.read_threads
         with contextlib.ExitStack() as stack:
             stack.enter_context(hops.hop("L2->L0" if device_model is not None else "L2->L1"))
@@ -410,20 +432,6 @@ class Loader:
                 if copier is not None:
                     copier.finish()
 
-    def _l1_to_l0(self, spec: ModelSpec, block: HostBlock, hops: HopTimer, demand: bool) -> None:
-        key = spec.key
-        layout = block.layout
-        assert layout is not None
-        device_model = self.l0.reserve(key, layout.file_bytes, prefetched=not demand)
-        try:
-            copier = DeviceCopier(device_model.buffer)
-            with hops.hop("L1->L0"), self._gates["L1->L0"].transfer(self._is_demand(key, demand)) as transfer:
-                copier.copy_all(block.buffer, layout.file_bytes, self.settings.chunk_bytes, transfer)
-            self._commit(key, layout, None, device_model)
-        except BaseException:
-            self._abort(key, None, device_model)
-            raise
-
     def _demote_to_l2(self, spec: ModelSpec, hops: HopTimer) -> Tier | None:
         """Write a model that L1 or L0 holds to L2, verified like a download; where it came from, or
         None when neither holds it. From L1 the block is written as it is (O_DIRECT, no copy); from L0
@@ -442,7 +450,7 @@ class Loader:
                 store, dest = MemoryStore(block.buffer[: spec.size_bytes]), host_view(block.buffer)
             else:
                 assert device_model is not None
-                store, dest = MemoryStore(device_model.buffer), None
+                store, dest = MemoryStore(device_model.flat()), None
             with self.l2.download_lock(spec.sha256):
                 if self.l2.refresh(spec.sha256) is not None:
                     return source
@@ -466,49 +474,6 @@ class Loader:
             else:
                 self.l0.cache.unpin(key)
         return source
-
-    def _l0_to_l1(self, spec: ModelSpec, hops: HopTimer, demand: bool) -> bool:
-        """Copy a model down from L0 into L1 when only L0 holds it; False when L0 does not."""
-        key = spec.key
-        device_model = self.l0.cache.pin(key)
-        if device_model is None:
-            return False
-        try:
-            assert device_model.layout is not None  # committed entries have one
-            # A copy written down is the same bet as the copy it came from, not a new one: a model that
-            # served requests from L0 and is demoted to make room must not be counted as mispredicted.
-            prefetched = not demand and self.l0.cache.unused_prefetch(key)
-            block = self.l1.reserve(key, device_model.buffer.numel(), prefetched=prefetched)
-            try:
-                with hops.hop("L0->L1"):
-                    size = device_model.buffer.numel()
-                    block.buffer[:size].copy_(device_model.buffer)  # synchronous: the block is ready after
-                self._commit(key, device_model.layout, block, None)
-            except BaseException:
-                self._abort(key, block, None)
-                raise
-        finally:
-            self.l0.cache.unpin(key)
-        return True
-
-    def _commit(
-        self, key: ModelKey, layout: Layout, block: HostBlock | None, device_model: DeviceModel | None
-    ) -> None:
-        """Make what a load filled visible: its L1 block, its L0 buffer (with a view per tensor)."""
-        if block is not None:
-            block.layout = layout
-            self.l1.cache.commit(key, block)
-        if device_model is not None:
-            device_model.layout = layout
-            device_model.tensors = tensor_views(device_model.buffer, layout)
-            self.l0.cache.commit(key, device_model)
-
-    def _abort(self, key: ModelKey, block: HostBlock | None, device_model: DeviceModel | None) -> None:
-        """Give back what a failed load reserved; none of it was ever visible."""
-        if device_model is not None:
-            self.l0.cache.abort(key)
-        if block is not None:
-            self.l1.cache.abort(key)
 
     def _store(self, uri: str) -> ObjectStore:
         scheme = uri.partition("://")[0]

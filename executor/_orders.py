@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from executor import _metrics
@@ -42,7 +42,9 @@ class Node(Protocol):
     @property
     def catalog(self) -> Catalog: ...
 
-    def ensure(self, model_id: str, tier: Tier | str = ..., *, demand: bool = ...) -> LoadResult: ...
+    def ensure(
+        self, model_id: str, tier: Tier | str = ..., *, demand: bool = ..., gpus: Sequence[int] = ...
+    ) -> LoadResult: ...
 
     def evict(self, model_id: str, tier: Tier | str) -> list[Tier]: ...
 
@@ -122,7 +124,8 @@ class OrderBook:
             return OrderStatus.DONE, "dropped from " + (",".join(t.value for t in dropped) or "nothing"), None
         # PREFETCH: the target tier holds it afterwards. DEMOTE: the same, then the copies closer to the
         # GPU go (``prewarm.effect`` says what each order does; ``ensure`` takes the path it names).
-        result = self._node.ensure(order.model, order.tier, demand=order.demand)
+        # An L0 copy goes to the GPUs the order names (the planner's placement), else the executor's.
+        result = self._node.ensure(order.model, order.tier, demand=order.demand, gpus=order.gpus)
         if order.action is OrderAction.DEMOTE and order.tier.level > 0:
             # ``evict`` at the tier one closer drops that tier and every tier closer still.
             self._node.evict(order.model, order.tier.closer())

@@ -10,8 +10,9 @@
   of every chunk as soon as it lands. A model that L1 cannot hold goes L2 → L0 through a ``StagingRing``
   of a few pinned chunks instead. On the CPU device a load to L0 reads into the L0 buffer itself.
   ``chunk_targets`` picks where one file's chunks land (a checkpoint's shards each at their offset).
-- ``DeviceCopier``: L1 → L0 copies of chunks, asynchronous on a dedicated CUDA stream from pinned memory
-  (so they overlap the disk reads), synchronous on the CPU stand-in.
+- ``DeviceCopier``: L1 → L0 copies of chunks, asynchronous on a dedicated CUDA stream per GPU from pinned
+  memory (so they overlap the disk reads), split between the GPUs a model spans; synchronous on the CPU
+  stand-in.
 
 Every driver calls its transfer's ``checkpoint`` before issuing a chunk (see ``_priority``) and, when
 anything fails, waits for the chunks already issued before returning, because they write into memory
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -230,32 +231,58 @@ class RingFactory(Protocol):
     def __call__(self, slots: int, chunk_bytes: int, *, pinned: bool) -> StagingRing: ...
 
 
-class DeviceCopier:
-    """Host → device copies into ``dst``; asynchronous on its own CUDA stream when the device is CUDA."""
+class _Events:
+    """The CUDA events of one chunk's copies (one per GPU it spans); done when all are."""
 
-    def __init__(self, dst: torch.Tensor) -> None:
-        self._dst = dst
-        self._cuda = dst.device.type == "cuda"
-        self._stream: Any = (
-            torch.cuda.Stream(device=dst.device) if self._cuda else None  # type: ignore[no-untyped-call]
-        )
+    def __init__(self, events: list[Any]) -> None:
+        self._events = events
+
+    def synchronize(self) -> None:
+        for event in self._events:
+            event.synchronize()
+
+
+class DeviceCopier:
+    """Host → device copies into ``dst``; asynchronous on its own CUDA stream per device when on CUDA.
+
+    ``dst`` is one flat buffer, or the segments of a model held across GPUs: ``(start, buffer)`` pairs,
+    each buffer holding bytes ``[start, start + numel)`` of the model; a chunk that spans segments is
+    split between them.
+    """
+
+    def __init__(self, dst: torch.Tensor | Sequence[tuple[int, torch.Tensor]]) -> None:
+        self._segments = [(0, dst)] if isinstance(dst, torch.Tensor) else sorted(dst, key=lambda s: s[0])
+        self._cuda = self._segments[0][1].device.type == "cuda"
+        self._streams: dict[torch.device, Any] = {}
+        if self._cuda:
+            for _start, buffer in self._segments:
+                if buffer.device not in self._streams:
+                    self._streams[buffer.device] = torch.cuda.Stream(device=buffer.device)  # type: ignore[no-untyped-call]
 
     def copy(self, src: torch.Tensor, dst_start: int) -> Any:
-        """Copy ``src`` to ``dst[dst_start:]``; returns a CUDA event that fires when it is done (or None)."""
-        dst = self._dst[dst_start : dst_start + src.numel()]
-        if not self._cuda:
-            dst.copy_(src)
-            return None
-        with torch.cuda.stream(self._stream):
-            dst.copy_(src, non_blocking=True)
-            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            event.record(self._stream)
-        return event
+        """Copy ``src`` to ``dst[dst_start:]``; returns what fires when it is done (None on the CPU)."""
+        events: list[Any] = []
+        end = dst_start + src.numel()
+        for start, buffer in self._segments:
+            lo, hi = max(dst_start, start), min(end, start + buffer.numel())
+            if lo >= hi:
+                continue
+            dst, part = buffer[lo - start : hi - start], src[lo - dst_start : hi - dst_start]
+            if not self._cuda:
+                dst.copy_(part)
+                continue
+            stream = self._streams[buffer.device]
+            with torch.cuda.stream(stream):
+                dst.copy_(part, non_blocking=True)
+                event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+                event.record(stream)
+            events.append(event)
+        return _Events(events) if events else None
 
     def finish(self) -> None:
         """Wait until every copy has landed (the source may be freed, the views used, after this)."""
-        if self._cuda:
-            self._stream.synchronize()
+        for stream in self._streams.values():
+            stream.synchronize()
 
     def copy_all(self, src: torch.Tensor, size: int, chunk_bytes: int, transfer: Transfer) -> None:
         try:

@@ -112,10 +112,19 @@ class TierCache(Generic[K, V]):
 
     # -- changing
 
-    def reserve(self, key: K, nbytes: int, *, prefetched: bool = False) -> V | None:
+    def reserve(
+        self,
+        key: K,
+        nbytes: int,
+        *,
+        prefetched: bool = False,
+        relieves: Callable[[Entry[K, V]], bool] | None = None,
+    ) -> V | None:
         """Account ``nbytes`` for ``key`` (evicting LRU entries if needed) and place it; returns the place.
 
         The entry is not visible to ``lookup`` until ``commit``; ``abort`` gives the bytes back.
+        ``relieves``: which entries are worth evicting for this one (L0: those on the GPUs it goes to);
+        default every entry.
         """
         if nbytes > self.capacity:
             raise CapacityError(
@@ -128,7 +137,8 @@ class TierCache(Generic[K, V]):
                     # Only reachable for an entry that is evicted but still pinned by a reader (the
                     # executor coalesces loads of one key): try again once it is released.
                     raise CapacityError(f"{self.tier}: {key!r} is still held by a reader; retry")
-                victims = lru_victims(self._entries.values(), nbytes, self.capacity - self._used)
+                candidates = [e for e in self._entries.values() if relieves is None or relieves(e)]
+                victims = lru_victims(candidates, nbytes, self.capacity - self._used)
                 if victims is None:
                     raise CapacityError(
                         f"{self.tier}: {nbytes} bytes do not fit: {self.capacity - self._used} free "
@@ -136,7 +146,13 @@ class TierCache(Generic[K, V]):
                     )
                 for victim in victims:
                     released.append(self._drop(victim, "capacity"))
-                value = self._place_locked(nbytes, released)
+                if self._place is not None:
+                    # A tier that places (host pool, device) needs the victims' room back before it
+                    # places, not after the lock is released; they free in microseconds.
+                    for victim_key, victim_value in released:
+                        self._release(victim_key, victim_value)
+                    released.clear()
+                value = self._place_locked(nbytes, relieves)
                 self._entries[key] = Entry(key, nbytes, self._clock(), value, prefetched=prefetched)
                 self._used += nbytes
                 _metrics.TIER_USED.labels(self.tier.value).set(self._used)
@@ -146,15 +162,17 @@ class TierCache(Generic[K, V]):
             for victim_key, victim_value in released:
                 self._release(victim_key, victim_value)
 
-    def _place_locked(self, nbytes: int, released: list[tuple[K, V | None]]) -> V | None:
+    def _place_locked(self, nbytes: int, relieves: Callable[[Entry[K, V]], bool] | None) -> V | None:
         if self._place is None:
             return None
         while True:
             try:
                 return self._place(nbytes)
             except PlacementFailed:
-                # Room by budget but not in one piece: give up the next LRU entry and try again.
-                victims = lru_victims(self._entries.values(), 1, 0)
+                # Room by budget but not in one piece (or not on the right GPUs): give up the next LRU
+                # entry that would help and try again.
+                candidates = [e for e in self._entries.values() if relieves is None or relieves(e)]
+                victims = lru_victims(candidates, 1, 0)
                 if not victims:
                     raise CapacityError(
                         f"{self.tier}: no contiguous room for {nbytes} bytes and nothing left to evict"

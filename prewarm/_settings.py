@@ -133,6 +133,13 @@ class ExecutorSettings(_Section):
         default=0.5, gt=0, description="bytes if > 1, else a fraction of free device memory"
     )
     l0_reserve_bytes: Bytes = Field(default=2 * 10**9, description="left free for the inference engine")
+    l0_gpus: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="GPUs whose L0 the executor drives: on CUDA the first N visible (unset = all; "
+        "device cuda:N = that one only); on cpu, N virtual GPUs standing in (unset = 1)",
+    )
     read_threads: int = Field(default=4, ge=1, le=64)
     chunk_bytes: Bytes = Field(default=32 * 2**20)
     l2_direct_io: bool = Field(

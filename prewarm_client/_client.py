@@ -16,19 +16,19 @@ fingerprint, unknown model) is never papered over by the fallback: it raises ``R
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import mmap
 import os
 import socket
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import torch
 
+from prewarm_client._device import from_device
+from prewarm_client._ipc import MODES
 from prewarm_client._protocol import (
     SOCKET_NAME,
     BlockLayout,
@@ -41,6 +41,7 @@ from prewarm_client._protocol import (
     send_message,
 )
 from prewarm_client._tensors import tensors_in
+from prewarm_client._weights import Weights
 
 __all__ = ["Weights", "checkpoint_files", "iter_weights", "open_weights"]
 
@@ -48,74 +49,6 @@ log = logging.getLogger("prewarm_client")
 _CONNECT_TIMEOUT_S = 5.0
 _INDEX = "model.safetensors.index.json"
 _warned_fallback: set[str] = set()
-
-
-class Weights(Mapping[str, torch.Tensor]):
-    """A model's tensors by name, and where they came from. Close it (or leave its ``with``) to end the
-    lease; the tensors stay valid afterwards (the mapping lives as long as they do), but the executor
-    no longer holds the copy for you."""
-
-    def __init__(
-        self,
-        tensors: dict[str, torch.Tensor],
-        *,
-        model: str,
-        source: str,
-        version: str | None = None,
-        sha256: str | None = None,
-        lease: str | None = None,
-        served_from: str | None = None,
-        wait_s: float | None = None,
-        small_file: Any = None,
-        connection: socket.socket | None = None,
-    ) -> None:
-        self._tensors = tensors
-        self.model = model
-        self.source = source  # "executor" (the shared block) or "files" (the fallback)
-        self.version = version
-        self.sha256 = sha256
-        self.lease = lease
-        self.served_from = served_from  # the tier the executor had it in when asked
-        self.wait_s = wait_s
-        self._small_file = small_file
-        self._connection = connection
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        return self._tensors[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._tensors)
-
-    def __len__(self) -> int:
-        return len(self._tensors)
-
-    def read_file(self, path: str) -> bytes | None:
-        """A small file of the entry (``config.json``, tokenizer files): from the block, or the fallback
-        directory; None when the entry has none of that name."""
-        data: bytes | None = self._small_file(path) if self._small_file else None
-        return data
-
-    @property
-    def leased(self) -> bool:
-        return self._connection is not None
-
-    def close(self) -> None:
-        """End the lease (idempotent)."""
-        sock, self._connection = self._connection, None
-        if sock is None:
-            return
-        with contextlib.suppress(OSError, ProtocolError):
-            send_message(sock, {"op": "close", "lease": self.lease})
-            recv_message(sock)
-        sock.close()
-
-    def __enter__(self) -> Weights:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def open_weights(
@@ -127,10 +60,18 @@ def open_weights(
     socket_dir: str | os.PathLike[str] | None = None,
     fallback: str | os.PathLike[str] | None = None,
     load: bool = True,
+    rank: int | None = None,
+    mode: str | None = None,
 ) -> Weights:
     """The model's tensors, leased from the executor (see the module docstring). Use it as a context
-    manager. ``load=False``: refuse rather than wait for a model the executor does not hold in L1."""
-    request = OpenRequest(model_id, version, sha256, device, load=load)
+    manager. ``load=False``: refuse rather than wait for a model the executor does not hold (in L1, or
+    in L0 with a ``mode``). ``rank``: this engine is that rank of a model the node holds across GPUs,
+    and gets its shard's tensors alone. ``mode`` (CUDA): take the executor's L0 copy over CUDA IPC
+    instead of its L1 block, ``"share"`` (map it: no copy; leased while open) or ``"copy"`` (clone it
+    into this process's memory, after which the executor frees its copy; nothing stays leased)."""
+    if mode is not None and (mode not in MODES or not device.startswith("cuda")):
+        raise ValueError(f"mode is share or copy, for a cuda device (not mode={mode!r}, device={device!r})")
+    request = OpenRequest(model_id, version, sha256, device, rank, mode, load)
     try:
         sock = _connect(Path(socket_dir) if socket_dir is not None else default_socket_dir())
     except ExecutorUnavailable as exc:
@@ -142,6 +83,8 @@ def open_weights(
             log.warning("no prewarm executor (%s): reading %s from %s", exc, model_id, path)
         return _from_files(model_id, path, device)
     try:
+        if mode is not None:
+            return from_device(sock, request)
         return _from_executor(sock, request)
     except BaseException:
         sock.close()
@@ -196,8 +139,10 @@ def _from_executor(sock: socket.socket, request: OpenRequest) -> Weights:
     finally:
         os.close(fds[0])  # the mapping keeps the memory; the fd is not needed any more
     tensors: dict[str, torch.Tensor] = {}
+    shard = reply.get("shard")
+    within = (int(shard[0]), int(shard[1])) if shard is not None else None
     for f in layout.weight_files:
-        tensors.update(tensors_in(block, f.offset, f.length, name=f.path))
+        tensors.update(tensors_in(block, f.offset, f.length, name=f.path, within=within))
     if request.device != "cpu":
         tensors = _to_device(tensors, block, request.device)
 

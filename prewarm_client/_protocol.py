@@ -137,7 +137,9 @@ class OpenRequest:
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"v": PROTOCOL_VERSION, "op": "open", "model": self.model}
-        body.update({k: getattr(self, k) for k in ("version", "sha256", "rank", "mode") if getattr(self, k)})
+        # ``is not None``: rank 0 is a rank.
+        names = ("version", "sha256", "rank", "mode")
+        body.update({k: getattr(self, k) for k in names if getattr(self, k) is not None})
         body["device"] = self.device
         if not self.load:
             body["load"] = False

@@ -41,9 +41,12 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
-def tensors_in(buffer: Any, offset: int, length: int, *, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+def tensors_in(
+    buffer: Any, offset: int, length: int, *, name: str, within: tuple[int, int] | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` for each tensor of the safetensors file at ``buffer[offset:offset+length]``,
-    in file order, each a view of ``buffer`` (no copy) unless its offset is not element-aligned."""
+    in file order, each a view of ``buffer`` (no copy) unless its offset is not element-aligned.
+    ``within``: only the tensors that start in that byte range of ``buffer`` (one rank's shard)."""
     view = memoryview(buffer)[offset : offset + length]
     if length < 8:
         raise ProtocolError(f"{name}: shorter than a safetensors prefix")
@@ -77,6 +80,8 @@ def tensors_in(buffer: Any, offset: int, length: int, *, name: str) -> Iterator[
         warnings.filterwarnings("ignore", message="The given buffer is not writable")
         for begin, end, tensor_name, dtype, shape in entries:
             start = offset + data_start + begin
+            if within is not None and not within[0] <= start < within[1]:
+                continue
             count = math.prod(shape)
             if count == 0:
                 yield tensor_name, torch.empty(shape, dtype=dtype)

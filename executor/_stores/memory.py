@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from executor._stores.base import PIECE, ObjectStore, OnPiece
 
-__all__ = ["MemoryStore"]
+__all__ = ["FlatBytes", "MemoryStore"]
+
+
+class FlatBytes(Protocol):
+    """A flat uint8 tensor, or what slices like one (an L0 copy held across GPUs, gathered)."""
+
+    def numel(self) -> int: ...
+
+    def __getitem__(self, index: slice) -> torch.Tensor: ...
 
 
 class MemoryStore(ObjectStore):
@@ -16,7 +26,7 @@ class MemoryStore(ObjectStore):
 
     scheme = "memory"
 
-    def __init__(self, buffer: torch.Tensor) -> None:
+    def __init__(self, buffer: FlatBytes) -> None:
         self._buffer = buffer  # flat uint8, the object's bytes
 
     def size(self, uri: str) -> int:
