@@ -7,6 +7,7 @@
 5. scheduler   a product-page hint turned into timed orders, applied by the executor
 6. simulation  the next morning replayed through the real scheduler and every baseline policy, on
                the node and with unlimited memory, each policy's knob swept into a Pareto plot
+7. engine      a separate engine process starting warm: its weights mapped from the executor's L1
 """
 
 from __future__ import annotations
@@ -199,6 +200,20 @@ def demo(
     png = swept.to_png(root / "pareto.png")
     _say("policies", f"unlimited memory, idle GB-minutes against p75 per-model cold-start rate: {png}")
     typer.echo(swept.table())
+
+    # 7. engine --------------------------------------------------------------------------------------
+    from prewarm_cli._demo_engine import run_engine_demo
+
+    engine = run_engine_demo(root / "engine")
+    if engine.get("ok"):
+        _say(
+            "engine",
+            f"a separate transformers process took {engine['model']} from the executor's L1 in "
+            f"{engine['engine_load_from_l1_s']:.2f} s, read {engine['engine_read_bytes_from_l1']} weight "
+            f"bytes from disk, and generated the same tokens as from the files: {engine['tokens']}",
+        )
+    else:
+        _say("engine", f"not started warm: {engine.get('reason', engine)}")
     _say("done", f"in {time.perf_counter() - began:.0f} s; everything is under {root}")
 
 

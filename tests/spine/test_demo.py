@@ -25,6 +25,7 @@ def test_demo_runs_every_stage_on_embedded_defaults(tmp_path: Path, monkeypatch:
         "[scheduler]",
         "[simulation]",
         "[policies]",
+        "[engine]",
         "[done]",
     ):
         assert step in result.output
@@ -32,6 +33,7 @@ def test_demo_runs_every_stage_on_embedded_defaults(tmp_path: Path, monkeypatch:
     assert "prefetch demo-01" in result.output  # the hint's order, applied by the executor
     assert "reactive" in result.output
     assert "prewarm" in result.output
+    assert "read 0 weight bytes from disk" in result.output  # the engine started warm from L1
     assert "histogram" in result.output
     assert "keepalive:600" in result.output
     assert (tmp_path / "demo" / "pareto.png").read_bytes().startswith(b"\x89PNG")
