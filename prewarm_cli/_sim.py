@@ -258,8 +258,7 @@ def bench_policy(
     out: Path | None = typer.Option(None, "--json", help="Write every run and target as JSON here."),
 ) -> None:
     """Every policy on every case of the trace suite, unlimited / tight / roomy, and prewarm's targets."""
-    from sim import DEFAULT_POLICIES, SUITE_CASES, suite
-    from sim._bench import SETTINGS, run_policy_bench
+    from sim import DEFAULT_POLICIES, SETTINGS, SUITE_CASES, run_policy_bench, suite
 
     if role not in ("tune", "judge", "all"):
         fail(f"--role must be tune, judge or all, not {role!r}")

@@ -13,6 +13,7 @@ definition of what a run measured, for every policy.
 
 from __future__ import annotations
 
+from sim._bench import SETTINGS, PolicyBench, Target, judge, run_policy_bench
 from sim._hints import read_hints
 from sim._histogram import HistogramPolicy, IdleHistogram, Windows
 from sim._metrics import SimMetrics, metrics
@@ -35,7 +36,16 @@ from sim._policies import (
     register_policy,
 )
 from sim._prewarm import PrewarmPolicy
-from sim._run import WARMUP_S, Progress, available, compare, make_world, run_policies, simulate
+from sim._run import (
+    WARMUP_S,
+    Progress,
+    available,
+    compare,
+    fit_forecasts,
+    make_world,
+    run_policies,
+    simulate,
+)
 from sim._scenario import DEFAULT_SIZES, default_cluster, virtual_catalog
 from sim._suite import SUITE_CASES, Case, ModelTruth, suite, write_case
 from sim._sweep import DEFAULT_KNOBS, SweepPoint, SweepResult, dominated, label_grid, pareto_front, sweep
@@ -46,6 +56,7 @@ __all__ = [
     "DEFAULT_KNOBS",
     "DEFAULT_POLICIES",
     "DEFAULT_SIZES",
+    "SETTINGS",
     "SUITE_CASES",
     "UNLIMITED_NODE",
     "WARMUP_S",
@@ -57,6 +68,7 @@ __all__ = [
     "NodeShape",
     "OraclePolicy",
     "Policy",
+    "PolicyBench",
     "PolicyContext",
     "PolicyFactory",
     "PolicyInputs",
@@ -67,6 +79,7 @@ __all__ = [
     "SimMetrics",
     "SweepPoint",
     "SweepResult",
+    "Target",
     "UnlimitedWorld",
     "Windows",
     "World",
@@ -74,6 +87,8 @@ __all__ = [
     "compare",
     "default_cluster",
     "dominated",
+    "fit_forecasts",
+    "judge",
     "knob_float",
     "label_grid",
     "make_policy",
@@ -85,6 +100,7 @@ __all__ = [
     "read_hints",
     "register_policy",
     "run_policies",
+    "run_policy_bench",
     "simulate",
     "suite",
     "sweep",

@@ -7,8 +7,7 @@ import dataclasses
 import pytest
 
 from prewarm import ResidentModel
-from sim import SimMetrics, suite
-from sim._bench import judge
+from sim import SimMetrics, judge, suite
 from sim._policies import build
 
 BASE = SimMetrics(
