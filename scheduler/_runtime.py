@@ -36,6 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from forecaster import (
     ForecasterBundle,
+    LiveForecasts,
     ModelForecast,
     RetrainResult,
     champion_version,
@@ -83,6 +84,10 @@ _RETRY_S = 2.0
 _CHAMPION_POLL_S = 60.0
 
 _CURRENT: Runtime | None = None
+
+
+_LIVE_REPLAY_S = 86_400.0
+"""How far back a newly served forecaster is told the demand it missed since its training."""
 
 
 def _current() -> Runtime:
@@ -175,6 +180,7 @@ class Runtime:
         # The champion once loaded or trained, and its registry version (None: not from the registry).
         # One tuple, replaced whole: the retrain job and the planning tick run on different threads.
         self._served: tuple[ForecasterBundle | None, str | None] = (None, None)
+        self._live: tuple[ForecasterBundle, LiveForecasts, float] | None = None
         self._champion_poll_s = champion_poll_s
         self._champion_asked_at = -math.inf
         self._started = threading.Event()
@@ -366,12 +372,33 @@ class Runtime:
         else:
             bundle = self._champion(now)
             if bundle is not None:
-                # The champion was chosen with its first minutes conditioned on recent activity
-                # (sessions go on): serve it the same way.
-                recent = {m: float(np.nansum(c[-bundle.state_minutes :])) for m, c in counts.items()}
-                trained = bundle.predict(now, horizon, recent=recent)
+                trained = self._live_forecasts(bundle, store, models, now)(now, models)
         forecasts.update({m: f for m, f in trained.items() if m in self.core.catalog})
         return forecasts, demand_hints(last, now, window)
+
+    def _live_forecasts(
+        self, bundle: ForecasterBundle, store: DemandStore, models: Sequence[str], now: float
+    ) -> LiveForecasts:
+        """The champion's forecasts conditioned on what the demand store has counted since it was
+        trained (time since each model's last request, shifts in rate, models it never saw), as the
+        simulator's prewarm policy gets them. Each complete minute is told once, at its middle; a new
+        champion starts afresh from the end of its training (at most ``_LIVE_REPLAY_S`` back)."""
+        if self._live is None or self._live[0] is not bundle:
+            since = bundle.trained_until
+            live = LiveForecasts(bundle, since=since, horizon_s=self.settings.forecast.horizon_s)
+            self._live = (bundle, live, max(since, now - _LIVE_REPLAY_S))
+        _, live, told = self._live
+        upto = math.floor(now / 60) * 60  # the current minute is still being counted
+        if upto > told:
+            frame = store.bulk(models, told, upto, 60)
+            minutes = frame.index.to_numpy(dtype=np.float64)
+            for model in frame.columns:
+                column = frame[model].to_numpy()
+                for row in np.flatnonzero(column):
+                    for _ in range(int(column[row])):
+                        live.observe(str(model), float(minutes[row]) + 30.0)
+            self._live = (bundle, live, float(upto))
+        return live
 
     @property
     def forecaster(self) -> ForecasterBundle | None:
