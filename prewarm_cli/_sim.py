@@ -43,37 +43,64 @@ def run(
 ) -> None:
     """Fit forecasters on the first days of TRACE, then simulate the next hours under each policy."""
     from ingest import read_trace
-    from models import Catalog
-    from scheduler import Cluster
-    from sim import DEFAULT_POLICIES, available, compare, read_hints
+    from sim import DEFAULT_POLICIES, available
 
-    settings = settings_of(ctx)
     # read_trace validates the format: an unknown one is InvalidInput, exit status 2.
     events = read_trace(trace, cast("Literal['requests', 'azure2019']", fmt))
-    catalog = Catalog.load(catalog_file) if catalog_file else None
-    cluster = Cluster.load(cluster_file) if cluster_file else None
-    hints = read_hints(hints_file) if hints_file else ()
     labels = list(policies) if policies else available(DEFAULT_POLICIES)
     to_stdout = out is not None and str(out) == "-"
-    with progress_bar(not to_stdout) as progress:
-        results = compare(
-            events,
-            settings,
-            train_days=train_days,
-            sim_hours=sim_hours,
-            catalog=catalog,
-            cluster=cluster,
-            labels=labels,
-            hints=hints,
-            unlimited=unlimited,
-            progress=progress,
-        )
+    results = compare_trace(
+        ctx,
+        events,
+        labels,
+        train_days=train_days,
+        sim_hours=sim_hours,
+        catalog_file=catalog_file,
+        cluster_file=cluster_file,
+        hints_file=hints_file,
+        unlimited=unlimited,
+        quiet=to_stdout,
+    )
     if not to_stdout:
         models = events["model"].nunique()
         typer.echo(f"{models} models, {len(events)} requests in the trace")
         typer.echo(render_table(results))
     if out is not None:
         write_json({label: r.to_json() for label, r in results.items()}, out)
+
+
+def compare_trace(
+    ctx: typer.Context,
+    events: Any,
+    labels: list[str],
+    *,
+    train_days: float,
+    sim_hours: float,
+    catalog_file: Path | None,
+    cluster_file: Path | None,
+    hints_file: Path | None,
+    unlimited: bool,
+    quiet: bool,
+) -> dict[str, SimMetrics]:
+    """``sim.compare`` on a trace with the files the options name, a progress bar unless ``quiet``:
+    what ``sim run`` and ``sim sweep`` both do."""
+    from models import Catalog
+    from scheduler import Cluster
+    from sim import compare, read_hints
+
+    with progress_bar(not quiet) as progress:
+        return compare(
+            events,
+            settings_of(ctx),
+            train_days=train_days,
+            sim_hours=sim_hours,
+            catalog=Catalog.load(catalog_file) if catalog_file else None,
+            cluster=Cluster.load(cluster_file) if cluster_file else None,
+            labels=labels,
+            hints=read_hints(hints_file) if hints_file else (),
+            unlimited=unlimited,
+            progress=progress,
+        )
 
 
 def render_table(results: Mapping[str, SimMetrics]) -> str:

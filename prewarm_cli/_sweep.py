@@ -13,7 +13,7 @@ from typing import Any, Literal, cast
 import typer
 
 from prewarm import InvalidInput
-from prewarm_cli._common import progress_bar, settings_of, write_json
+from prewarm_cli._common import write_json
 
 __all__ = ["parse_grid", "sweep"]
 
@@ -75,12 +75,10 @@ def sweep(
     """Sweep each policy's knob on TRACE and draw idle GB-minutes (L0+L1) against the p75 per-model
     cold-start rate and against the share of requests waiting > 5 s, one Pareto front per policy."""
     from ingest import read_trace
-    from models import Catalog
-    from scheduler import Cluster
-    from sim import DEFAULT_KNOBS, compare, policy_kinds, read_hints
+    from prewarm_cli._sim import compare_trace
+    from sim import DEFAULT_KNOBS, policy_kinds
     from sim import sweep as run_sweep
 
-    settings = settings_of(ctx)
     kinds = policy_kinds()
     grid = parse_grid(policies, knobs, {k: v for k, v in DEFAULT_KNOBS.items() if k in kinds})
     unknown = [kind for kind in grid if kind not in kinds]
@@ -88,25 +86,21 @@ def sweep(
         raise InvalidInput(f"unknown policy {', '.join(unknown)}: known are {', '.join(kinds)}")
     # read_trace validates the format: an unknown one is InvalidInput, exit status 2.
     events = read_trace(trace, cast("Literal['requests', 'azure2019']", fmt))
-    catalog = Catalog.load(catalog_file) if catalog_file else None
-    cluster = Cluster.load(cluster_file) if cluster_file else None
-    hints = read_hints(hints_file) if hints_file else ()
     quiet = out is not None and str(out) == "-"
 
     def run(labels: list[str]) -> Mapping[str, Mapping[str, Any]]:
-        with progress_bar(enabled=not quiet) as report:
-            results = compare(
-                events,
-                settings,
-                train_days=train_days,
-                sim_hours=sim_hours,
-                catalog=catalog,
-                cluster=cluster,
-                labels=labels,
-                hints=hints,
-                unlimited=unlimited,
-                progress=report,
-            )
+        results = compare_trace(
+            ctx,
+            events,
+            labels,
+            train_days=train_days,
+            sim_hours=sim_hours,
+            catalog_file=catalog_file,
+            cluster_file=cluster_file,
+            hints_file=hints_file,
+            unlimited=unlimited,
+            quiet=quiet,
+        )
         return {label: m.to_json() for label, m in results.items()}
 
     result = run_sweep(run, grid)
