@@ -268,43 +268,13 @@ class HandoffServer:
         )
         if lease is None:
             return
-        held[lease.id] = lease
-        _LEASES.inc()
-        try:
-            fd = lease.block.shared.reopen_readonly()
-            try:
-                wait = time.perf_counter() - started
-                send_message(
-                    conn,
-                    {
-                        "ok": True,
-                        "lease": lease.id,
-                        "layout": lease.files.to_json(),
-                        "model": lease.spec.id,
-                        "version": lease.spec.version,
-                        "sha256": lease.spec.sha256,
-                        "served_from": lease.served_from.value,
-                        "wait_s": round(wait, 6),
-                        **({"shard": list(lease.shard)} if lease.shard is not None else {}),
-                    },
-                    [fd],
-                )
-            finally:
-                os.close(fd)
-        except BaseException:
-            self._end(held.pop(lease.id), "reply failed")
-            raise
-        _LEASE_WAIT.labels(lease.served_from.value).observe(wait)
-        log.info(
-            "lease opened",
-            extra={
-                "model": lease.spec.id,
-                "lease": lease.id,
-                "pid": pid,
-                "served_from": lease.served_from.value,
-            },
-        )
-        self._changed()
+        host = lease
+
+        def reply() -> tuple[dict[str, Any], int]:
+            shard = {"shard": list(host.shard)} if host.shard is not None else {}
+            return {"layout": host.files.to_json(), **shard}, host.block.shared.reopen_readonly()
+
+        self._grant(conn, held, lease, pid, started, reply, "lease opened")
 
     def _open_device(
         self,
@@ -338,39 +308,51 @@ class HandoffServer:
         )
         if lease is None:
             return
+        device = lease
+
+        def reply() -> tuple[dict[str, Any], int]:
+            shards, table = _ipc.export(device)
+            fd, table_bytes = _ipc.table_memfd(table)
+            fields = {
+                "mode": device.mode,
+                "shards": [s.to_json() for s in shards],
+                "table_bytes": table_bytes,
+            }
+            return fields, fd
+
+        self._grant(conn, held, lease, pid, started, reply, "L0 lease opened", mode=lease.mode)
+
+    def _grant(
+        self,
+        conn: socket.socket,
+        held: dict[str, HostLease | DeviceLease],
+        lease: HostLease | DeviceLease,
+        pid: int,
+        started: float,
+        reply: Callable[[], tuple[dict[str, Any], int]],
+        opened: str,
+        **logged: Any,
+    ) -> None:
+        """Hold ``lease`` for this connection and send its reply: the fields and the descriptor
+        ``reply`` gives, with what every reply carries. A reply that cannot be sent ends the lease."""
         held[lease.id] = lease
         _LEASES.inc()
+        spec, served_from = lease.spec, lease.served_from.value
         try:
-            shards, table = _ipc.export(lease)
-            fd, table_bytes = _ipc.table_memfd(table)
+            fields, fd = reply()
             try:
                 wait = time.perf_counter() - started
-                send_message(
-                    conn,
-                    {
-                        "ok": True,
-                        "lease": lease.id,
-                        "mode": lease.mode,
-                        "model": lease.spec.id,
-                        "version": lease.spec.version,
-                        "sha256": lease.spec.sha256,
-                        "served_from": lease.served_from.value,
-                        "wait_s": round(wait, 6),
-                        "shards": [s.to_json() for s in shards],
-                        "table_bytes": table_bytes,
-                    },
-                    [fd],
-                )
+                common = {"ok": True, "lease": lease.id, "model": spec.id, "version": spec.version}
+                common |= {"sha256": spec.sha256, "served_from": served_from, "wait_s": round(wait, 6)}
+                send_message(conn, {**common, **fields}, [fd])
             finally:
                 os.close(fd)
         except BaseException:
             self._end(held.pop(lease.id), "reply failed")
             raise
-        _LEASE_WAIT.labels(lease.served_from.value).observe(wait)
-        log.info(
-            "L0 lease opened",
-            extra={"model": lease.spec.id, "lease": lease.id, "pid": pid, "mode": lease.mode},
-        )
+        _LEASE_WAIT.labels(served_from).observe(wait)
+        extra = {"model": spec.id, "lease": lease.id, "pid": pid, "served_from": served_from, **logged}
+        log.info(opened, extra=extra)
         self._changed()
 
     def _take(
