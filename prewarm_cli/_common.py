@@ -120,3 +120,13 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[str, float], None] | None]
             bars.update(tasks[label], completed=min(max(fraction, 0.0), 1.0))
 
         yield report
+
+
+def size_option(value: str, option: str = "--size") -> int:
+    """Bytes from a size option ("2GiB", "512MB"); a bad one is the option's usage error."""
+    from prewarm import parse_bytes
+
+    try:
+        return parse_bytes(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from exc

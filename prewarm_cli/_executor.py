@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from prewarm_cli._common import app_group, bench_app, catalog_path, progress, settings_of, write_json
+from prewarm_cli._common import (
+    app_group,
+    bench_app,
+    catalog_path,
+    progress,
+    settings_of,
+    size_option,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from executor import Executor
@@ -119,12 +127,8 @@ def bench_load(
 ) -> None:
     """L2->L1, L1->L0, L2->L0 and L3->L1 against raw reads, safetensors and boto3 in the same run."""
     from executor import run_load_benchmark
-    from prewarm import parse_bytes
 
-    try:
-        nbytes = parse_bytes(size)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--size") from exc
+    nbytes = size_option(size)
     report = run_load_benchmark(
         settings_of(ctx),
         nbytes=nbytes,

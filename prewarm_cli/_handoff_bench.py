@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from prewarm_cli._common import bench_app, progress, settings_of, write_json
+from prewarm_cli._common import bench_app, progress, settings_of, size_option, write_json
 
 __all__ = ["bench_handoff"]
 
@@ -26,14 +26,10 @@ def bench_handoff(
 ) -> None:
     """Engine start from disk vs from prewarm's L1 (and L0 on CUDA), same model, same run."""
     from executor import run_handoff_benchmark
-    from prewarm import parse_bytes
 
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         raise typer.BadParameter("must be cpu or cuda[:N]", param_hint="--device")
-    try:
-        nbytes = parse_bytes(size)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--size") from exc
+    nbytes = size_option(size)
     report = run_handoff_benchmark(
         settings_of(ctx),
         nbytes=nbytes,
