@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -71,6 +71,8 @@ from prewarm_client import BlockLayout
 __all__ = ["DeviceLease", "Executor", "HostLease", "LoadResult"]
 
 log = get_logger(__name__)
+
+_V = TypeVar("_V")
 
 
 class Executor:
@@ -252,6 +254,23 @@ class Executor:
             raise IntegrityError(f"{model_id}: refused, fingerprint mismatch: asked for " + ", ".join(wrong))
         return spec
 
+    def _load_and_pin(
+        self, model_id: str, spec: ModelSpec, tier: Tier, cache: TierCache[ModelKey, _V], load: bool
+    ) -> tuple[_V, Tier] | None:
+        """Bring ``model_id`` to ``tier`` (unless not ``load``) and pin its copy there: the copy and where
+        the load served it from; None when it is not there and may not be loaded."""
+        served_from = tier
+        for _attempt in range(3):
+            if load:
+                served_from = self.ensure(model_id, tier, demand=True).served_from
+            value = cache.pin(spec.key)
+            if value is not None:
+                return value, served_from
+            if not load:
+                return None
+            # Evicted (or the catalog moved) between the load and the pin: load again.
+        raise CapacityError(f"{model_id}: evicted from {tier} three times before it could be leased")
+
     def lease(
         self,
         model_id: str,
@@ -271,18 +290,10 @@ class Executor:
         """
         started = time.perf_counter()
         spec = self._checked_spec(model_id, version, sha256)
-        served_from = Tier.L1
-        for _attempt in range(3):
-            if load:
-                served_from = self.ensure(model_id, Tier.L1, demand=True).served_from
-            block = self.l1.cache.pin(spec.key)
-            if block is not None:
-                break
-            if not load:
-                return None
-            # Evicted (or the catalog moved) between the load and the pin: load again.
-        else:
-            raise CapacityError(f"{model_id}: evicted from L1 three times before it could be leased")
+        pinned = self._load_and_pin(model_id, spec, Tier.L1, self.l1.cache, load)
+        if pinned is None:
+            return None
+        block, served_from = pinned
         try:
             shard = None if rank is None else self._rank_range(spec, block, rank)
         except BaseException:
@@ -337,17 +348,10 @@ class Executor:
             raise InvalidInput(f"mode must be share or copy, not {mode!r}", reason="mode")
         started = time.perf_counter()
         spec = self._checked_spec(model_id, version, sha256)
-        served_from = Tier.L0
-        for _attempt in range(3):
-            if load:
-                served_from = self.ensure(model_id, Tier.L0, demand=True).served_from
-            model = self.l0.cache.pin(spec.key)
-            if model is not None:
-                break
-            if not load:
-                return None
-        else:
-            raise CapacityError(f"{model_id}: evicted from L0 three times before it could be leased")
+        pinned = self._load_and_pin(model_id, spec, Tier.L0, self.l0.cache, load)
+        if pinned is None:
+            return None
+        model, served_from = pinned
         if rank is not None and not 0 <= rank < len(model.shards):
             self.l0.cache.unpin(spec.key)
             raise InvalidInput(
