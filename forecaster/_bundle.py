@@ -54,6 +54,7 @@ class ForecasterBundle:
     _scale_active: npt.NDArray[np.float64] = field(init=False, repr=False)
     _scale_idle: npt.NDArray[np.float64] = field(init=False, repr=False)
     _index: dict[str, int] = field(init=False, repr=False)
+    _daily: npt.NDArray[np.float64] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.bucket_s % 60 or self.bucket_s <= 0:
@@ -68,6 +69,7 @@ class ForecasterBundle:
                 ) from exc
             tables[i] = np.nan_to_num(np.maximum(week, 0.0) * choice.level, nan=0.0, posinf=0.0)
         self._tables = tables
+        self._daily = tables.mean(axis=1, dtype=np.float64) * 1440.0
         self._scale = np.array([c.scale for c in self.choices], dtype=np.float64)
         self._scale_active = np.array([_or(c.scale_active, c.scale) for c in self.choices], dtype=np.float64)
         self._scale_idle = np.array([_or(c.scale_idle, c.scale) for c in self.choices], dtype=np.float64)
@@ -109,6 +111,10 @@ class ForecasterBundle:
         rows = slice(None) if models is None else [self._index[m] for m in models]
         return self._tables[rows][:, minute_index(timestamps)].astype(np.float64)
 
+    def daily_requests(self) -> npt.NDArray[np.float64]:
+        """Expected requests per day of each model, averaged over its week."""
+        return self._daily
+
     def scales(
         self, models: Sequence[str] | None = None, state: str | None = None
     ) -> npt.NDArray[np.float64]:
@@ -144,9 +150,8 @@ class ForecasterBundle:
                     state[i] = self._scale_active[i] if count > 0 else self._scale_idle[i]
             scale[:, :early] = state[:, None]
         p_any = 1.0 - np.exp(-scale * expected)
-        return forecasts_of(
-            self.models, float(start), self.bucket_s, expected, p_any, [c.family for c in self.choices]
-        )
+        families = [c.family for c in self.choices]
+        return forecasts_of(self.models, float(start), self.bucket_s, expected, p_any, families, self._daily)
 
     # -- persistence -------------------------------------------------------------------------------
 

@@ -151,7 +151,9 @@ class LiveForecasts:
         p_bucket = -np.expm1(np.log1p(-np.minimum(p_any, H_MAX)).reshape(shape).sum(axis=2))
         e_bucket = expected.reshape(shape).sum(axis=2)
         wanted = None if models is None else set(models)
-        out = forecasts_of(self._models, float(start), b, e_bucket, p_bucket, self._families)
+        # A crowd or a deprecation changes how often the model is used at all, not only in the horizon.
+        daily = level * self.bundle.daily_requests() + extra * 1440.0
+        out = forecasts_of(self._models, float(start), b, e_bucket, p_bucket, self._families, daily)
         if wanted is not None:
             out = {m: f for m, f in out.items() if m in wanted}
         unseen = {m: self._recent_counts(ts, m_now) for m, ts in self._unseen.items()}

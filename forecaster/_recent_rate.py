@@ -54,5 +54,6 @@ def recent_rate_forecasts(
             expected=expected,
             p_any=1.0 - np.exp(-expected),
             family=RECENT_RATE,
+            daily_requests=rate * 86400.0 / count_step_s,
         )
     return out

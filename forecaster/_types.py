@@ -32,6 +32,10 @@ class ModelForecast:
     expected: npt.NDArray[np.float64]
     p_any: npt.NDArray[np.float64]
     family: str
+    daily_requests: float = math.nan
+    """The model's expected requests per day over its whole week (at its recent level, where that is
+    known): how often it is used at all, which says what one of its cold starts is worth to its
+    cold-start rate. NaN where the source does not say (the planner then reads it off the horizon)."""
     log_miss: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
     """``log_miss[i]`` = log P(no request in buckets [0, i)): a window's P(any) is O(1) from it."""
     _cum_expected: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
@@ -71,6 +75,7 @@ def forecasts_of(
     expected: npt.NDArray[np.float64],
     p_any: npt.NDArray[np.float64],
     families: Sequence[str],
+    daily: npt.NDArray[np.float64] | None = None,
 ) -> dict[str, ModelForecast]:
     """One forecast per row of ``expected`` and ``p_any`` (``(models, buckets)``), the prefix sums of
     all rows computed at once: the same objects as one ``ModelForecast(...)`` per model, made in a
@@ -90,6 +95,7 @@ def forecasts_of(
             ("expected", expected[i]),
             ("p_any", p_any[i]),
             ("family", families[i]),
+            ("daily_requests", math.nan if daily is None else float(daily[i])),
             ("log_miss", log_miss[i]),
             ("_cum_expected", cum_expected[i]),
         ):

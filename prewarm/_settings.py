@@ -229,6 +229,10 @@ class SchedulerSettings(_Section):
         ge=0,
         description="weighted seconds per GB-minute a copy is held in L1/L0; 0: memory in budget is free",
     )
+    objective: Literal["requests", "models"] = Field(
+        default="requests",
+        description="whose cold starts count the same: every request's, or every model's (per-model rate)",
+    )
     cluster: Path | None = Field(default=None, description="cluster YAML; unset = one node from executor")
     demand_window_s: float = Field(
         default=60.0, gt=0, description="a model requested this recently is wanted now (demand pre-empts)"

@@ -88,8 +88,11 @@ class PrewarmPolicy(Policy):
     def prepare(self, ctx: PolicyContext) -> None:
         from scheduler import SchedulerCore
 
-        if ctx.unlimited and self._unlimited_price is not None:
-            self.config = with_memory_price(self.config, self._unlimited_price)
+        if ctx.unlimited:
+            # The serverless comparison measures every model's cold-start rate alike.
+            self.config = dataclasses.replace(self.config, objective="models")
+            if self._unlimited_price is not None:
+                self.config = with_memory_price(self.config, self._unlimited_price)
         self._core = SchedulerCore(
             catalog=ctx.catalog,
             cluster=cluster_of(ctx.nodes, ctx.bandwidth),

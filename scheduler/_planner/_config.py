@@ -15,6 +15,10 @@ from prewarm import Order, OrderAction, OrderReason, SchedulerSettings, Tier
 _INF = math.inf
 
 
+OBJECTIVES = ("requests", "models")
+"""What ``PlannerConfig.objective`` may say."""
+
+
 def _default_prices() -> dict[Tier, float]:
     # Per GB·s held. Idle GPU and host memory cost nothing to fill: what a model held there really costs
     # is what it keeps out, and that is weighed by value when room is made. A fixed price here demoted a
@@ -69,6 +73,17 @@ class PlannerConfig:
     """Weighted seconds a cold start costs on top of the seconds it waits: what keeping a model in L0
     saves besides the transfer. A 2 GB model's cold start is a cold start like a 140 GB one's (the
     per-model cold-start rate counts both the same), though its transfer takes a fraction of a second."""
+    objective: str = "requests"
+    """Whose cold starts the planner minimises. ``requests``: every request's wait counts the same (the
+    share of requests waiting, the mean wait: what a platform's users see). ``models``: every model's
+    cold-start rate counts the same (the serverless literature's measure, the 75th percentile over models
+    of the per-model rate): a cold start of a model used ``N`` times a day weighs
+    ``reference_daily_requests / N`` of one under ``requests``, so memory goes to the rarely used models
+    whose every request is cold, and a model used thousands of times a day is not held through a lull
+    for one request's sake."""
+    reference_daily_requests: float = 24.0
+    """Under ``objective="models"``, the daily use of a model whose cold start weighs as under
+    ``requests`` (one an hour); a model used less than once a day weighs as if used once."""
     decision_interval_s: float = 60.0
     """How often the planner decides again (the plan interval): a hold is judged until the next one."""
     min_residence_s: float = 120.0
@@ -88,6 +103,10 @@ class PlannerConfig:
     arrival_quantile: float = 0.1
     """A forecast model must be in place when this share of its window's probability has passed."""
 
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+
     def price(self, tier: Tier) -> float:
         """What holding one GB in ``tier`` for one second costs: its configured price, plus the memory
         price in host and GPU memory."""
@@ -101,6 +120,7 @@ class PlannerConfig:
             cooldown_s=settings.misprediction_window_s,
             miss_penalty=settings.miss_penalty,
             memory_price=settings.memory_price,
+            objective=settings.objective,
             decision_interval_s=settings.plan_interval_s,
             order_ttl_s=max(4 * settings.plan_interval_s, 10.0),
         )

@@ -170,17 +170,22 @@ def _now_decision(
 def _release_priced(rnd: _Round, forecasts: Mapping[str, ModelForecast]) -> None:
     """Where memory has a price, release (one tier down) each copy whose hold is worth less than it costs.
 
-    Holding a copy in L0 or L1 until the next decision is worth P(a request before then) times what
-    the copy saves that request (``_Valuer.saved``, from the tier it would fall back to), and costs
-    ``memory_price`` × GB × minutes. For a memoryless model (a calibrated rate and nothing more) that
-    is the whole question: hold the cheap ones, release the expensive ones. A prefetch still within its
-    misprediction window is the misprediction rule's; pinned, recently used or loaded, and this round's
-    copies are never released; a model with no forecast is left alone (no signal, no decision).
+    Held until the next decision, a copy costs ``memory_price`` × GB for as long as it waits for a
+    request (released, the next request would load it back), and is worth what it saves that request
+    (``_Valuer.saved``, from the tier it would fall back to) if one comes: with the chance of a request
+    per second ``h`` (the forecast's hazard, constant over the step), the hold is worth ``h × saved``
+    per second against ``memory_price / 60 × GB``. For a memoryless model that is the whole question:
+    hold the cheap ones, release the expensive ones — and under ``objective="models"`` (``saved``
+    divided by how often the model is used) a Poisson model's use cancels out, so what decides is its
+    size alone. A prefetch still within its misprediction window is the misprediction rule's; pinned,
+    recently used or loaded, and this round's copies are never released; a model with no forecast is
+    left alone (no signal, no decision).
     """
     config = rnd.config
     if config.memory_price <= 0:
         return
-    now, horizon = rnd.now, rnd.now + config.decision_interval_s
+    now, step = rnd.now, config.decision_interval_s
+    cost_per_gb_s = config.memory_price / 60.0
     for name in sorted(rnd.books):
         for tier in (Tier.L0, Tier.L1):
             for entry in sorted(rnd.books[name].held[tier].values(), key=lambda e: e.model):
@@ -195,17 +200,31 @@ def _release_priced(rnd: _Round, forecasts: Mapping[str, ModelForecast]) -> None
                     continue
                 if book.closest(entry.model) is not tier:
                     continue
+                # A hint or a waiting request due before the next decision: as if it came this step.
                 signalled = [
-                    w.p
+                    _rate(w.p, step)
                     for w in rnd.wants.get(entry.model, ())
-                    if w.reason is not OrderReason.FORECAST and w.t0 <= horizon
+                    if w.reason is not OrderReason.FORECAST and w.t0 <= now + step
                 ]
-                p = max([forecast.p_window(now, horizon), *signalled])
+                hazard = max([_hazard(forecast, now, step), *signalled])
                 fallback = _fallback(book, entry.model, tier)
-                worth = p * rnd.valuer.saved(spec, book.node, fallback, tier)
-                cost = config.memory_price * entry.bytes / 1e9 * config.decision_interval_s / 60.0
-                if worth < cost:
+                worth = hazard * rnd.valuer.saved(spec, book.node, fallback, tier)
+                if worth < cost_per_gb_s * entry.bytes / 1e9:
                     _demote_one_tier(rnd, name, book, spec, tier, OrderReason.CAPACITY, key_time=now)
+
+
+def _rate(p: float, span_s: float) -> float:
+    """The constant chance per second that gives ``p`` over ``span_s``."""
+    return -math.log1p(-min(p, 1.0 - 1e-12)) / span_s
+
+
+def _hazard(forecast: ModelForecast, now: float, step: float) -> float:
+    """The forecast's chance of a request per second over the next ``step``: read over the whole
+    buckets the step touches (from ``now``), since a bucket's chance is not split within it."""
+    b = forecast.bucket_s
+    covered_end = forecast.start + math.ceil((now + step - forecast.start) / b) * b
+    span = max(covered_end - now, step)
+    return _rate(forecast.p_window(now, now + step), span)
 
 
 def _fallback(book: _Book, model: str, tier: Tier) -> Tier:

@@ -14,7 +14,7 @@ from scheduler._planner._config import Plan, PlannerConfig
 from scheduler._planner._eviction import _cooldowns, _demote_mispredictions, _release_priced
 from scheduler._planner._memo import PlannerMemo
 from scheduler._planner._placement import _best_candidate, _least_loaded, _payers, _place
-from scheduler._planner._value import _Valuer
+from scheduler._planner._value import _model_weights, _Valuer
 from scheduler._planner._wants import _wants
 
 
@@ -48,7 +48,7 @@ def plan_detailed(
 ) -> Plan:
     """``plan`` with its reasoning: placements, deferred candidates and counted mispredictions."""
     memo = memo if memo is not None else PlannerMemo()
-    valuer = _Valuer(config, memo.hops)
+    valuer = _Valuer(config, memo.hops, _model_weights(now, forecasts, config))
     nodes = list(cluster.nodes.values())
     signalled = {*forecasts, *(h.model for h in hints)}
     gains = {m: valuer.gains(catalog[m], nodes) for m in signalled if m in catalog}

@@ -8,8 +8,10 @@ is the memo of hop times (``_HopTimes``), which a ``PlannerMemo`` keeps between 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 
+from forecaster import ModelForecast
 from models import ModelSpec
 from prewarm import CACHE_TIERS, Tier
 from scheduler._cluster import NodeState
@@ -33,12 +35,37 @@ def _hops_s(rates: tuple[float, ...], overhead: float, size: int, frm: int, to: 
     )
 
 
-class _Valuer:
-    """Values tiers under one config, with hop times from ``hops``."""
+def _model_weights(
+    now: float, forecasts: Mapping[str, ModelForecast], config: PlannerConfig
+) -> dict[str, float]:
+    """Under ``objective="models"``, what one cold start of each forecast model weighs against one of a
+    model used ``reference_daily_requests`` times a day; nothing under ``requests`` (all weigh 1)."""
+    if config.objective != "models":
+        return {}
+    out = {}
+    for model, forecast in forecasts.items():
+        daily = forecast.daily_requests
+        if not math.isfinite(daily):
+            span = forecast.end - now
+            daily = forecast.expected_in(now, forecast.end) * 86_400.0 / span if span > 0 else 0.0
+        out[model] = config.reference_daily_requests / max(daily, 1.0)
+    return out
 
-    def __init__(self, config: PlannerConfig, hops: _HopTimes) -> None:
+
+class _Valuer:
+    """Values tiers under one config, with hop times from ``hops``; ``weights`` scales what a model's
+    requests are worth (``_model_weights``; 1 for a model it does not name) on top of its priority."""
+
+    def __init__(
+        self, config: PlannerConfig, hops: _HopTimes, weights: Mapping[str, float] | None = None
+    ) -> None:
         self.config = config
         self._hops = hops
+        self._weights = weights or {}
+
+    def weight(self, spec: ModelSpec) -> float:
+        """What one second ``spec``'s requests wait, or one of its cold starts, weighs."""
+        return spec.priority.weight * self._weights.get(spec.id, 1.0)
 
     def raw_lead(self, node: NodeState, size: int, frm: Tier, to: Tier) -> float:
         """Seconds to move ``size`` bytes from tier ``frm`` to the closer tier ``to``."""
@@ -53,8 +80,9 @@ class _Valuer:
     def gains(self, spec: ModelSpec, nodes: Sequence[NodeState]) -> dict[Tier, float]:
         """Per tier, the most a certain request could be worth: waiting saved from L3 on the slowest node,
         and in L0 the cold start itself."""
+        weight = self.weight(spec)
         return {
-            tier: spec.priority.weight
+            tier: weight
             * (
                 max((self.raw_lead(n, spec.size_bytes, Tier.L3, tier) for n in nodes), default=0.0)
                 + self._cold_start(tier)
@@ -68,7 +96,7 @@ class _Valuer:
         if to.level >= frm.level:
             return 0.0
         lead = self.raw_lead(node, spec.size_bytes, frm, to)
-        return spec.priority.weight * (lead + self._cold_start(to))
+        return self.weight(spec) * (lead + self._cold_start(to))
 
     def _cold_start(self, tier: Tier) -> float:
         # Only a copy in GPU memory avoids the cold start; one in host memory shortens it.

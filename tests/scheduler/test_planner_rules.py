@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from scheduler_builders import (
     GB,
     NOW,
@@ -15,6 +18,7 @@ from scheduler_builders import (
     state,
 )
 
+from forecaster import ModelForecast
 from prewarm import Order, OrderAction, OrderReason, Tier
 from scheduler import DEMAND_SOURCE, ClusterState, PlannerConfig, SchedulerCore, plan, plan_detailed
 
@@ -157,6 +161,45 @@ def test_priced_memory_holds_the_cheap_memoryless_model_and_releases_the_expensi
     orders = plan(NOW, forecasts, [], cat, state(c, r), priced)
     assert [(o.model, o.action, o.tier) for o in orders] == [("big", OrderAction.DEMOTE, Tier.L1)]
     assert plan(NOW, forecasts, [], cat, state(c, r), CONFIG) == []  # memory in the budget is free
+
+
+def _unlimited_release(
+    forecasts: dict[str, ModelForecast], sizes: dict[str, int], config: PlannerConfig
+) -> set[str]:
+    """The models a priced round on one unlimited GPU tier releases, all resident and idle."""
+    cap = {Tier.L0: 10_000 * GB, Tier.L1: 0, Tier.L2: 0}
+    held = [resident(m, b, loaded_at=NOW - 3600, last_used=NOW - 600) for m, b in sizes.items()]
+    r = report("a", {Tier.L0: held}, capacity=cap)
+    c = cluster("a", l0=10_000 * GB, l1=0, l2=0)
+    orders = plan(NOW, forecasts, [], catalog(*(spec(m, b) for m, b in sizes.items())), state(c, r), config)
+    return {o.model for o in orders if o.action is OrderAction.EVICT}
+
+
+def test_per_request_objective_keeps_the_busy_model_and_lets_the_rare_one_go() -> None:
+    # Two 20 GB memoryless models, one used 50 times as often: per request, the busy one's hold pays.
+    forecasts = {"busy": flat_forecast("busy", 0.05), "rare": flat_forecast("rare", 0.001)}
+    sizes = {"busy": 20 * GB, "rare": 20 * GB}
+    assert _unlimited_release(forecasts, sizes, PlannerConfig(memory_price=0.01)) == {"rare"}
+
+
+def test_per_model_objective_weighs_a_memoryless_model_by_its_size_not_its_use() -> None:
+    # Per model (each one's cold-start rate counts the same) a Poisson model's use cancels out: the rare
+    # model's one cold start weighs as much as the busy one's fifty, so both are held, or both released.
+    per_model = PlannerConfig(memory_price=0.01, objective="models")
+    forecasts = {
+        m: dataclasses.replace(flat_forecast(m, p), daily_requests=p * 1440)
+        for m, p in (("busy", 0.05), ("rare", 0.001))
+    }
+    sizes = {"busy": 20 * GB, "rare": 20 * GB}
+    assert _unlimited_release(forecasts, sizes, per_model) == set()
+    assert _unlimited_release(forecasts, sizes, dataclasses.replace(per_model, memory_price=0.05)) == set(
+        sizes
+    )
+
+
+def test_an_unknown_objective_is_refused() -> None:
+    with pytest.raises(ValueError, match="objective"):
+        PlannerConfig(objective="revenue")
 
 
 def test_priced_memory_releases_a_copy_even_with_no_tier_below_it() -> None:
