@@ -228,7 +228,7 @@ class Loader:
                 return Tier.L2
             block, device_model = self._download_targets(spec, layout, tier, demand, gpus)
             try:
-                tw = self._begin_l2(spec, layout.file_bytes, block is not None or device_model is not None)
+                tw = self._begin_l2(spec, layout.file_bytes, tier, streamable=bool(block or device_model))
                 self._download(spec, store, tw, block, device_model, hops, demand)
             except BaseException:
                 self._device.abort(key, block, device_model)
@@ -286,7 +286,7 @@ class Loader:
             self._l2_up(spec, obj, tier, hops, demand, gpus)
         return served
 
-    def _begin_l2(self, spec: ModelSpec, size: int, streamable: bool) -> TempWrite | None:
+    def _begin_l2(self, spec: ModelSpec, size: int, tier: Tier, *, streamable: bool) -> TempWrite | None:
         """The temp write a download fills in L2; None when L2 cannot take it and the download lands in
         memory anyway (``streamable``): then it streams past L2 (counted and logged as a bypass)."""
         assert spec.sha256 is not None
@@ -294,8 +294,14 @@ class Loader:
         try:
             return self.l2.begin(spec.sha256, size, model=spec.id, version=spec.version, name=name)
         except (CapacityError, StorageError) as exc:
-            if not streamable or not self.l2.bypasses.streams_past(exc, model=spec.id):
+            if tier is Tier.L2 or disk_fault(exc) is None:
                 raise
+            if not streamable:
+                # On CUDA a model that L1 cannot hold goes to L0 through the staging ring, from L2.
+                raise CapacityError(
+                    f"{spec.id}: L2 cannot take it ({exc}) and L1 cannot hold it on its way to L0"
+                ) from exc
+            self.l2.bypasses.streams_past(exc, model=spec.id)
             return None
 
     def _download_targets(

@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from executor import Executor, FileStore, S3Store
 from executor._stores import OnPiece
 from models import Catalog, ModelSpec, synth_checkpoint
-from prewarm import IntegrityError, StorageError, Tier
+from prewarm import CapacityError, IntegrityError, StorageError, Tier
 
 MB = 2**20
 BYPASS = "prewarm_executor_l2_bypass_total"
@@ -373,6 +373,17 @@ def test_a_load_to_l2_itself_still_fails_with_the_disk_error(
     ):
         executor.ensure("m0", Tier.L2)
     assert nothing_in_l2(executor)
+    assert all(t.used_bytes == 0 for t in executor.state().tiers)
+
+
+def test_a_model_neither_l2_nor_l1_can_take_fails_to_reach_cuda_l0_saying_why(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    size = catalog["m0"].size_bytes
+    # The CUDA structure: a model L1 cannot hold goes to L0 through the staging ring, which reads L2.
+    executor = make_executor(catalog, direct_l0=False, l1_budget_bytes=size // 2, l2_budget_bytes=size // 2)
+    with pytest.raises(CapacityError, match=r"L2 cannot take it .* and L1 cannot hold it"):
+        executor.ensure("m0", Tier.L0)
     assert all(t.used_bytes == 0 for t in executor.state().tiers)
 
 
