@@ -442,6 +442,7 @@ class Executor:
     def state(self) -> ExecutorState:
         """Per tier: capacity, bytes used, resident models with version, last use and pins."""
         self._sweep()
+        self.l2.check_budget()  # L2's capacity is what its filesystem can hold now, not only the setting
         tiers = [
             self._tier_state(Tier.L0, self.l0.cache),
             self._tier_state(Tier.L1, self.l1.cache),

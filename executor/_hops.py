@@ -10,6 +10,13 @@ download. A checkpoint (several files) comes L3 → L2 as one verified directory
 goes up from there; L1 and L0 hold its shards one after the other, never its small files, so it is
 never demoted to L2 from memory.
 
+L2 is a cache, so a load does not need it: when L2 cannot take a download (its budget full or capped
+below the model's size, the disk full, failing, read-only or gone: ``_l2_faults``), a load to L1 or L0
+streams from L3 into memory alone, checked against its sha256 all the same, and caches nothing; a
+single file that fails L2 mid-download goes on into memory without starting again (``fetch_l3``), a
+checkpoint starts again past L2 (``_hops_stream``). Only a load to L2 itself fails. An L2 copy that
+the disk cannot read back (EIO) is dropped and fetched again, like one that fails its digest.
+
 ``Loader`` holds what the paths share: the three tiers, a gate per link, the disk and network thread
 pools, the object stores by scheme and the bandwidth estimate. Loads of one model are coalesced (a
 per-model lock: the second caller finds the first caller's copy); loads of different models run in
@@ -31,9 +38,11 @@ import torch
 
 from executor._checkpoints import fetch_checkpoint, l2_layout
 from executor._hops_l0 import DeviceHops
+from executor._hops_stream import CheckpointStream
 from executor._l0 import DeviceModel, L0Cache
 from executor._l1 import HostBlock, L1Cache, block_files, copy_small_files
 from executor._l2 import L2Cache, L2Object, L2Reader, TempWrite
+from executor._l2_faults import disk_fault
 from executor._pipeline import (
     DeviceCopier,
     RingFactory,
@@ -43,6 +52,7 @@ from executor._pipeline import (
     host_view,
     probe_l3,
     read_l2,
+    stream_l3,
 )
 from executor._priority import LinkGate
 from executor._result import Bandwidth, HopTimer, LoadResult
@@ -56,6 +66,7 @@ from prewarm import (
     IntegrityError,
     InvalidWeights,
     S3Settings,
+    StorageError,
     Tier,
     get_logger,
 )
@@ -98,6 +109,16 @@ class Loader:
         self._waiting_demands: dict[ModelKey, int] = {}
         self._bandwidth = Bandwidth()
         self._device = DeviceHops(l0, l1, self._gates["L1->L0"], settings.chunk_bytes, self._is_demand)
+        self._stream = CheckpointStream(
+            l0=l0,
+            l1=l1,
+            device=self._device,
+            gate=self._gates["L3->L2"],
+            pool=self._net_pool,
+            s3=s3,
+            direct_l0=direct_l0,
+            is_demand=self._is_demand,
+        )
 
     def load(self, spec: ModelSpec, tier: Tier, demand: bool, gpus: Sequence[int] = ()) -> LoadResult:
         """Bring ``spec`` to ``tier`` (L0, L1 or L2); a second load of the same model waits for the first.
@@ -170,9 +191,11 @@ class Loader:
             try:
                 self._l2_up(spec, obj, tier, hops, demand, gpus)
                 return result(Tier.L2)
-            except IntegrityError as exc:
-                # A flipped byte on disk, or the file evicted by another process sharing the directory:
-                # the object is dropped and fetched again from L3 below.
+            except StorageError as exc:
+                # A flipped byte on disk, the file evicted by another process sharing the directory, or
+                # a disk that cannot read it back: the object is dropped and fetched again from L3 below.
+                if not isinstance(exc, IntegrityError) and disk_fault(exc) is None:
+                    raise
                 log.warning("L2 copy unusable, re-fetching", extra={"model": spec.id, "error": str(exc)})
                 self.l2.discard(spec.sha256, "integrity")
                 hops.seconds.clear()
@@ -205,8 +228,7 @@ class Loader:
                 return Tier.L2
             block, device_model = self._download_targets(spec, layout, tier, demand, gpus)
             try:
-                name = spec.weight_files()[0].path
-                tw = self.l2.begin(sha, layout.file_bytes, model=spec.id, version=spec.version, name=name)
+                tw = self._begin_l2(spec, layout.file_bytes, tier, streamable=bool(block or device_model))
                 self._download(spec, store, tw, block, device_model, hops, demand)
             except BaseException:
                 self._device.abort(key, block, device_model)
@@ -234,24 +256,53 @@ class Loader:
         hold its weights only, read back from the page cache just written)."""
         assert spec.sha256 is not None
         store, served = self._store(spec.uri), Tier.L2
+        why: BaseException | None = None  # what kept L2 from taking it, when it did
         with self.l2.download_lock(spec.sha256):
             obj = self.l2.refresh(spec.sha256)  # another process may have fetched it meanwhile
             if obj is None:
                 is_demand = self._is_demand(spec.key, demand)
-                with hops.hop("L3->L2"), self._gates["L3->L2"].transfer(is_demand) as transfer:
-                    obj = fetch_checkpoint(
-                        store,
-                        spec,
-                        self.l2,
-                        pool=self._net_pool,
-                        part_bytes=self.s3_settings.s3_part_bytes,
-                        window=2 * self.s3_settings.s3_concurrency,
-                        transfer=transfer,
-                    )
+                try:
+                    with hops.hop("L3->L2"), self._gates["L3->L2"].transfer(is_demand) as transfer:
+                        obj = fetch_checkpoint(
+                            store,
+                            spec,
+                            self.l2,
+                            pool=self._net_pool,
+                            part_bytes=self.s3_settings.s3_part_bytes,
+                            window=2 * self.s3_settings.s3_concurrency,
+                            transfer=transfer,
+                        )
+                except (CapacityError, StorageError) as exc:
+                    if tier is Tier.L2 or not self.l2.bypasses.streams_past(exc, model=spec.id):
+                        raise
+                    hops.seconds.clear()  # what the failed L3->L2 hop moved is not kept anywhere
+                    why = exc
                 served = Tier.L3
-        if tier is not Tier.L2:
+        if why is not None:
+            # Past L2, outside the download lock: there is nothing in L2 for other processes to wait on.
+            self._stream.load(spec, store, tier, hops, demand, gpus, why)
+        elif tier is not Tier.L2:
+            assert obj is not None
             self._l2_up(spec, obj, tier, hops, demand, gpus)
         return served
+
+    def _begin_l2(self, spec: ModelSpec, size: int, tier: Tier, *, streamable: bool) -> TempWrite | None:
+        """The temp write a download fills in L2; None when L2 cannot take it and the download lands in
+        memory anyway (``streamable``): then it streams past L2 (counted and logged as a bypass)."""
+        assert spec.sha256 is not None
+        name = spec.weight_files()[0].path
+        try:
+            return self.l2.begin(spec.sha256, size, model=spec.id, version=spec.version, name=name)
+        except (CapacityError, StorageError) as exc:
+            if tier is Tier.L2 or disk_fault(exc) is None:
+                raise
+            if not streamable:
+                # On CUDA a model that L1 cannot hold goes to L0 through the staging ring, from L2.
+                raise CapacityError(
+                    f"{spec.id}: L2 cannot take it ({exc}) and L1 cannot hold it on its way to L0"
+                ) from exc
+            self.l2.bypasses.streams_past(exc, model=spec.id)
+            return None
 
     def _download_targets(
         self, spec: ModelSpec, layout: Layout, tier: Tier, demand: bool, gpus: tuple[int, ...]
@@ -284,12 +335,13 @@ class Loader:
         self,
         spec: ModelSpec,
         store: ObjectStore,
-        tw: TempWrite,
+        tw: TempWrite | None,
         block: HostBlock | None,
         device_model: DeviceModel | None,
         hops: HopTimer,
         demand: bool,
     ) -> None:
+        """L3 into L2 (``tw``) and memory, or into memory alone (``tw`` None: past L2)."""
         dest_buffer = block.buffer if block is not None else device_model.padded if device_model else None
         copier = (
             DeviceCopier(device_model.segments()) if block is not None and device_model is not None else None
@@ -305,20 +357,40 @@ class Loader:
                 copier.copy(source[start:end], start)
 
         hop = "L3->L0" if device_model is not None else "L3->L1" if block is not None else "L3->L2"
+        dest = host_view(dest_buffer) if dest_buffer is not None else None
+        part_bytes, window = self.s3_settings.s3_part_bytes, 2 * self.s3_settings.s3_concurrency
         with hops.hop(hop), self._gates["L3->L2"].transfer(self._is_demand(spec.key, demand)) as transfer:
             try:
-                fetch_l3(
-                    store,
-                    spec.uri,
-                    self.l2,
-                    tw,
-                    dest=host_view(dest_buffer) if dest_buffer is not None else None,
-                    pool=self._net_pool,
-                    part_bytes=self.s3_settings.s3_part_bytes,
-                    window=2 * self.s3_settings.s3_concurrency,
-                    transfer=transfer,
-                    landed=landed,
-                )
+                if tw is None:
+                    assert dest is not None
+                    assert spec.sha256 is not None
+                    stream_l3(
+                        store,
+                        spec.uri,
+                        spec.size_bytes,
+                        spec.sha256,
+                        dest=dest,
+                        pool=self._net_pool,
+                        part_bytes=part_bytes,
+                        window=window,
+                        transfer=transfer,
+                        landed=landed,
+                        what=f"{spec.id} {spec.version}",
+                    )
+                else:
+                    fetch_l3(
+                        store,
+                        spec.uri,
+                        self.l2,
+                        tw,
+                        dest=dest,
+                        pool=self._net_pool,
+                        part_bytes=part_bytes,
+                        window=window,
+                        transfer=transfer,
+                        landed=landed,
+                        bypass=lambda exc: self.l2.bypasses.streams_past(exc, model=spec.id),
+                    )
             finally:
                 if copier is not None:
                     copier.finish()

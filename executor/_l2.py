@@ -17,6 +17,11 @@ and across processes sharing the directory, which share its byte budget too (``_
 While an object is written, per-chunk xxh3 digests are recorded; every later read
 checks the chunk it just read, on the reading thread, so a flipped byte is caught on the next load at
 the cost of hashing at ~10 GB/s, not of re-reading the file. ``verify_all`` re-hashes everything.
+
+A full or failing disk does not stop loads (``_l2_faults``): the budget is capped at what the filesystem
+can hold (``DiskBudget``, asked again before every download), a directory that cannot be used at all
+leaves L2 empty with a budget of 0, and a download L2 cannot take is left to the caller to stream past
+it; an L2 write that fails leaves no file behind.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from executor._l2_dir import (
     remove_tree,
     tree_size,
 )
+from executor._l2_faults import Bypasses, DiskBudget, disk_fault
 from executor._l2_io import (
     ChunkDigester,
     L2File,
@@ -88,14 +94,31 @@ class L2Cache:
         self.root = Path(root)
         self.chunk_bytes = chunk_bytes
         self.direct_io = direct_io and hasattr(os, "O_DIRECT")
-        for sub in ("objects", "tmp", "locks"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
         self._index_path = self.root / "index.json"
         self._index_lock = FileLock(str(self.root / "index.json.lock"))
+        self.budget = DiskBudget(self.root, capacity)
+        self.bypasses = Bypasses(self.root)
         self.cache: TierCache[str, L2Object] = TierCache(
             Tier.L2, capacity, clock=clock, release=self._release
         )
-        self._load()
+        # Why the directory cannot be used at all (None: it can). The node still serves: loads stream
+        # past L2, which stays empty with a budget of 0, until the executor is restarted on a good disk.
+        self.fault: OSError | None = None
+        try:
+            for sub in ("objects", "tmp", "locks"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            self._load()
+        except OSError as exc:
+            if disk_fault(exc) is None:
+                raise
+            self.fault = exc
+            self.cache.capacity = self.budget.unusable()
+            log.error(
+                "L2 directory unusable: loads stream from L3 without caching",
+                extra={"dir": str(self.root), "error": exc.strerror},
+            )
+            return
+        self._cap_budget()
 
     # -- the index
 
@@ -202,8 +225,13 @@ class L2Cache:
         found = self.cache.lookup(sha, use=False)
         if found is not None:
             return found
-        with self._index_lock:
-            raw = self._read_index().get(sha)
+        if self.fault is not None:
+            return None
+        try:
+            with self._index_lock:
+                raw = self._read_index().get(sha)
+        except OSError:
+            return None  # a disk that refuses even the lock file: as good as absent (the load says why)
         if raw is None:
             return None
         obj = self._object(sha, raw)
@@ -243,12 +271,30 @@ class L2Cache:
 
     @contextlib.contextmanager
     def download_lock(self, sha: str) -> Iterator[None]:
-        """One download of an object across processes (threads are coalesced by the executor)."""
-        with FileLock(str(self.root / "locks" / f"{sha}.lock")):
+        """One download of an object across processes (threads are coalesced by the executor).
+
+        Where the disk refuses even the lock file (read-only, full, failing, gone), the caller goes on
+        without it: whatever it then writes to L2 fails the same way and the load streams past L2,
+        so there is no download of this object to coordinate."""
+        lock = FileLock(str(self.root / "locks" / f"{sha}.lock"))
+        try:
+            lock.acquire()
+        except OSError as exc:
+            if disk_fault(exc) is None:
+                raise
             yield
+            return
+        try:
+            yield
+        finally:
+            lock.release()
 
     def begin(self, sha: str, size: int, *, model: str, version: str, name: str = "") -> TempWrite:
-        """Reserve ``size`` bytes and open a temp file that nobody will ever read as an object."""
+        """Reserve ``size`` bytes and open a temp file that nobody will ever read as an object.
+
+        ``CapacityError`` when the budget (capped at what the disk holds) cannot take it, ``StorageError``
+        when the disk refuses: either way nothing is left behind, and ``disk_fault`` names the cause."""
+        self._usable()
         self.cache.reserve(sha, size)
         path = self.root / "tmp" / f"{sha}.{os.getpid()}.part"
         try:
@@ -264,10 +310,39 @@ class L2Cache:
         tw = TempWrite(sha, size, path, fd, model, version, direct_fd, name=name)
         try:
             self._fit_shared()
+        except OSError as exc:
+            self.abandon(tw)
+            raise StorageError(f"L2: {self.root} refused the index or an eviction: {exc.strerror}") from exc
         except BaseException:
             self.abandon(tw)
             raise
         return tw
+
+    def _usable(self) -> None:
+        """Refuse a download into a directory that cannot be used; cap the budget at the disk."""
+        if self.fault is not None:
+            raise StorageError(f"L2: {self.root} is unusable: {self.fault.strerror}") from self.fault
+        try:
+            self._cap_budget()
+        except OSError as exc:
+            raise StorageError(f"L2: {self.root} refused its index: {exc.strerror}") from exc
+
+    def check_budget(self) -> int:
+        """The effective budget now (what the state report says), the free space asked again."""
+        if self.fault is None:
+            with contextlib.suppress(OSError):  # a disk that refuses the index keeps the last figure
+                self._cap_budget()
+        return self.cache.capacity
+
+    def _cap_budget(self) -> None:
+        """Account against no more than the filesystem can hold: free space plus what the cache's files
+        occupy there (every indexed entry, and what downloads in progress have written so far: a temp
+        file is sparse until its bytes land, so the rest of it is still counted as free)."""
+        with self._index_lock:
+            held = sum(int(raw.get("size", 0)) for raw in self._read_index().values())
+        held += sum(_allocated(p) for p in (self.root / "tmp").glob("*.part"))
+        held += sum(tree_size(p, allocated=True) for p in (self.root / "tmp").glob("*.dir"))
+        self.cache.capacity = self.budget.effective(held)
 
     def _fit_shared(self) -> None:
         """Make the whole directory fit the budget, whichever process filled it.
@@ -339,19 +414,29 @@ class L2Cache:
             tw.version,
             tw.name,
         )
-        obj.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._index_lock:
-            tw.path.replace(obj.path)
-            fsync_dir(obj.path.parent)
-            entries = self._read_index()
-            entries[obj.sha256] = obj.to_index()
-            self._write_index(entries)
+        try:
+            obj.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._index_lock:
+                tw.path.replace(obj.path)
+                try:
+                    fsync_dir(obj.path.parent)
+                    entries = self._read_index()
+                    entries[obj.sha256] = obj.to_index()
+                    self._write_index(entries)
+                except OSError:
+                    obj.path.unlink(missing_ok=True)  # renamed but not indexed: not an object
+                    raise
+        except OSError as exc:
+            self.abandon(tw)
+            raise StorageError(f"L2: publishing {obj.path} failed: {exc.strerror}") from exc
         self.cache.commit(tw.sha256, obj)
+        self.bypasses.recovered()
         return obj
 
     def abandon(self, tw: TempWrite) -> None:
         tw.close()
-        tw.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a failing disk may refuse this too: the next start cleans
+            tw.path.unlink(missing_ok=True)
         self.cache.abort(tw.sha256)
 
     # -- checkpoint directories
@@ -361,6 +446,7 @@ class L2Cache:
     ) -> CheckpointWrite:
         """Reserve every file's bytes and make the temporary directory they will be written into."""
         size = sum(f[1] for f in files)
+        self._usable()
         self.cache.reserve(sha, size)
         cw = CheckpointWrite(
             sha256=sha,
@@ -375,6 +461,9 @@ class L2Cache:
         try:
             cw.create()
             self._fit_shared()
+        except OSError as exc:
+            self.abandon_checkpoint(cw)
+            raise StorageError(f"L2: {self.root} refused the index or an eviction: {exc.strerror}") from exc
         except BaseException:
             self.abandon_checkpoint(cw)
             raise
@@ -398,16 +487,25 @@ class L2Cache:
             cw.version,
             members=members,
         )
-        with self._index_lock:
-            if obj.path.exists():
-                remove_tree(obj.path, self.root / CHECKPOINTS)  # unindexed leftovers of a crash
-            obj.path.parent.mkdir(parents=True, exist_ok=True)
-            cw.directory.replace(obj.path)
-            fsync_dir(obj.path.parent)
-            entries = self._read_index()
-            entries[obj.sha256] = obj.to_index()
-            self._write_index(entries)
+        try:
+            with self._index_lock:
+                if obj.path.exists():
+                    remove_tree(obj.path, self.root / CHECKPOINTS)  # unindexed leftovers of a crash
+                obj.path.parent.mkdir(parents=True, exist_ok=True)
+                cw.directory.replace(obj.path)
+                try:
+                    fsync_dir(obj.path.parent)
+                    entries = self._read_index()
+                    entries[obj.sha256] = obj.to_index()
+                    self._write_index(entries)
+                except OSError:
+                    remove_tree(obj.path, self.root / CHECKPOINTS)  # renamed but not indexed
+                    raise
+        except OSError as exc:
+            self.abandon_checkpoint(cw)
+            raise StorageError(f"L2: publishing {obj.path} failed: {exc.strerror}") from exc
         self.cache.commit(cw.sha256, obj)
+        self.bypasses.recovered()
         return obj
 
     def abandon_checkpoint(self, cw: CheckpointWrite) -> None:
@@ -424,11 +522,18 @@ class L2Cache:
     def _release(self, sha: str, obj: L2Object | None) -> None:
         if obj is None:
             return  # an aborted reservation: no file was published
-        with self._index_lock:
-            entries = self._read_index()
-            if entries.pop(sha, None) is not None:
-                self._write_index(entries)
-            self._remove(obj.path)
+        try:
+            with self._index_lock:
+                entries = self._read_index()
+                if entries.pop(sha, None) is not None:
+                    self._write_index(entries)
+                self._remove(obj.path)
+        except OSError as exc:
+            # A failing or read-only disk: the entry leaves the accounting all the same; what is left
+            # on disk is indexed and intact (adopted again at start) or not (deleted at start).
+            log.warning(
+                "L2: could not remove an evicted entry", extra={"path": str(obj.path), "error": str(exc)}
+            )
 
     # -- maintenance
 
@@ -479,6 +584,14 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
+
+
+def _allocated(path: Path) -> int:
+    """Bytes a (possibly sparse) file occupies on its filesystem."""
+    try:
+        return path.stat().st_blocks * 512
+    except OSError:
+        return 0
 
 
 def _size(path: Path) -> int:

@@ -168,11 +168,13 @@ def remove_tree(path: Path, stop: Path) -> None:
         parent = parent.parent
 
 
-def tree_size(path: Path) -> int:
-    """Bytes of the files under ``path`` (0 when it is gone)."""
+def tree_size(path: Path, *, allocated: bool = False) -> int:
+    """Bytes of the files under ``path`` (0 when it is gone); ``allocated``: the bytes they occupy on the
+    filesystem instead (less for a sparse file whose bytes have not all landed)."""
     total = 0
     for dirpath, _, names in os.walk(path):
         for name in names:
             with contextlib.suppress(OSError):
-                total += (Path(dirpath) / name).stat().st_size
+                st = (Path(dirpath) / name).stat()
+                total += st.st_blocks * 512 if allocated else st.st_size
     return total

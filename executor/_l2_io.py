@@ -346,7 +346,10 @@ class L2Reader:
                 done = 0  # the filesystem took the open but refuses the read: buffered below
             done = min(done, n)
         while done < n:
-            got = os.preadv(self._fd, [out[done:n]], start + done)
+            try:
+                got = os.preadv(self._fd, [out[done:n]], start + done)
+            except OSError as exc:
+                raise StorageError(f"L2 read of {self.obj.path} failed: {exc.strerror}") from exc
             if got <= 0:
                 raise IntegrityError(f"L2 object {self.obj.sha256[:12]} is shorter than its index says")
             done += got

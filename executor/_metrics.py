@@ -12,6 +12,13 @@
 - ``prewarm_executor_integrity_failures_total{tier}``: digest mismatches detected (then re-fetched).
 - ``prewarm_executor_preemptions_total{link}``: times a prefetch paused for a demand load on a link.
 - ``prewarm_executor_orders_total{action,status}``: orders applied, by outcome.
+- ``prewarm_executor_l2_bypass_total{reason}``: loads that streamed L3 → L1/L0 without caching in L2,
+  because L2 could not take the download: ``full`` (its budget cannot hold it: everything there in use,
+  or the budget capped below the model's size), ``no_space``, ``quota``, ``io_error``, ``read_only``
+  (the disk said ENOSPC, EDQUOT, EIO, EROFS) or ``unusable`` (the directory is gone or refused).
+- ``prewarm_executor_l2_budget_bytes{budget}``: ``configured``, and ``effective``: what L2 accounts
+  against, the configured budget capped at what the filesystem can hold (free space plus the cache's own
+  files).
 """
 
 from __future__ import annotations
@@ -31,4 +38,12 @@ PREEMPTIONS = counter(
 )
 ORDERS = counter(
     "prewarm_executor_orders_total", "Orders applied, by action and status.", ["action", "status"]
+)
+L2_BYPASS = counter(
+    "prewarm_executor_l2_bypass_total", "Loads that streamed past L2 without caching, by reason.", ["reason"]
+)
+L2_BUDGET = gauge(
+    "prewarm_executor_l2_budget_bytes",
+    "The L2 budget: configured, and effective (capped at what the filesystem can hold).",
+    ["budget"],
 )

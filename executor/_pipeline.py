@@ -4,7 +4,9 @@
 - ``fetch_l3``: L3 → L2 (and L1 in the same pass): ranged GETs on many threads; each part lands in the
   L1 block (or a scratch buffer) and goes on to the L2 temp file from there; the sha256 and the chunk
   digests are computed in order on the driver thread while the next parts are in flight, and a load to
-  L0 starts each part's device copy there too.
+  L0 starts each part's device copy there too. When the disk fails mid-download (full, failing), a
+  download that lands in memory anyway goes on without L2 (``bypass``); ``stream_l3`` is the same
+  download past L2 from the start, for a load L2 cannot take at all.
 - ``read_l2``: L2 → L1: chunks read on several threads (O_DIRECT where possible) straight into the L1
   block, each checked against its digest by the thread that read it; the caller starts the device copy
   of every chunk as soon as it lands. A model that L1 cannot hold goes L2 → L0 through a ``StagingRing``
@@ -22,6 +24,7 @@ the caller is about to give back.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from executor import _metrics
 from executor._hostmem import host_buffer
 from executor._l2 import ChunkDigester, L2Object, L2Reader, PartWrite, TempWrite
 from executor._l2_io import WriteSink
@@ -36,7 +40,7 @@ from executor._priority import Transfer
 from executor._safetensors import Layout, header_length, parse_header
 from executor._stores import ObjectStore
 from executor._tier import ALIGN, round_up
-from prewarm import IntegrityError
+from prewarm import IntegrityError, StorageError
 
 if TYPE_CHECKING:  # only their attributes are used here: the tiers stay free to change around them
     from executor._l0 import DeviceModel
@@ -53,6 +57,7 @@ __all__ = [
     "probe_l3",
     "read_header_l2",
     "read_l2",
+    "stream_l3",
 ]
 
 _PROBE_BYTES = 64 * 1024
@@ -89,6 +94,41 @@ def _drain(futures: deque[Future[Any]]) -> None:
     wait(futures)
 
 
+class _L2Side:
+    """The L2 half of one download: a ``PartWrite`` per part, and what happens when a write fails.
+
+    ``bypass(exc)`` (None: never) says whether the download goes on without L2 after ``exc``; once it
+    does, no part writes again, and the driver gives the temp write up when the parts in flight are
+    done (until then their threads may still use its descriptors). Writes run on the reading threads.
+    """
+
+    def __init__(self, l2: WriteSink, tw: TempWrite, bypass: Callable[[StorageError], bool] | None) -> None:
+        self.l2, self.tw, self._bypass = l2, tw, bypass
+        self._lock = threading.Lock()
+        self.given_up = False
+
+    def part(self, start: int, n: int, view: memoryview, address: int) -> PartWrite | None:
+        return None if self.given_up else PartWrite(self.l2, self.tw, start, n, view, address)
+
+    def write(self, step: Callable[[], None]) -> None:
+        if self.given_up:
+            return
+        try:
+            step()
+        except IntegrityError:
+            raise
+        except StorageError as exc:
+            if not self.gives_up(exc):
+                raise
+
+    def gives_up(self, exc: StorageError) -> bool:
+        """Whether the download goes on without L2 after ``exc`` (it has, if an earlier write said so)."""
+        with self._lock:
+            if not self.given_up and self._bypass is not None and self._bypass(exc):
+                self.given_up = True
+            return self.given_up
+
+
 def fetch_l3(
     store: ObjectStore,
     uri: str,
@@ -101,15 +141,106 @@ def fetch_l3(
     window: int,
     transfer: Transfer,
     landed: Callable[[int, int], None] | None = None,
-) -> L2Object:
+    bypass: Callable[[StorageError], bool] | None = None,
+) -> L2Object | None:
     """Stream the object into the temp write (and ``dest``, a buffer with its address); publish it in L2
     (the cache, or the checkpoint directory being written)
     when its sha256 matches. ``landed(start, end)`` runs on this thread as each part of ``dest`` is
-    complete, in order: where the device copies of a download to L0 start."""
-    size = tw.size
+    complete, in order: where the device copies of a download to L0 start.
+
+    ``bypass(exc)``: an L2 write (or the publish) failed with ``exc``; True when the download goes on
+    into ``dest`` alone (a full or failing disk): the temp write is abandoned, nothing is cached, the
+    bytes are still checked against the sha256, and None is returned. Only with a ``dest``.
+    """
+    side = _L2Side(l2, tw, bypass if dest is not None else None)
+    try:
+        digest, digests = _pull(
+            store,
+            uri,
+            tw.size,
+            dest=dest,
+            pool=pool,
+            part_bytes=part_bytes,
+            window=window,
+            transfer=transfer,
+            landed=landed,
+            side=side,
+        )
+    except BaseException:
+        l2.abandon(tw)
+        raise
+    if not side.given_up:
+        try:
+            return l2.publish(tw, digest, digests)
+        except IntegrityError:
+            raise
+        except StorageError as exc:  # publish has given the temp write up
+            if not side.gives_up(exc):
+                raise
+    else:
+        l2.abandon(tw)
+    _check(digest, tw.sha256, f"{tw.model} {tw.version}")
+    return None
+
+
+def stream_l3(
+    store: ObjectStore,
+    uri: str,
+    size: int,
+    sha256: str,
+    *,
+    dest: tuple[memoryview, int],
+    pool: ThreadPoolExecutor,
+    part_bytes: int,
+    window: int,
+    transfer: Transfer,
+    landed: Callable[[int, int], None] | None = None,
+    what: str = "",
+) -> None:
+    """``fetch_l3`` past L2, for a load L2 cannot take: the object into ``dest`` alone, checked against
+    ``sha256`` (``IntegrityError`` when it does not match: the caller gives ``dest`` back)."""
+    digest, _ = _pull(
+        store,
+        uri,
+        size,
+        dest=dest,
+        pool=pool,
+        part_bytes=part_bytes,
+        window=window,
+        transfer=transfer,
+        landed=landed,
+        side=None,
+    )
+    _check(digest, sha256, what or uri)
+
+
+def _check(actual: str, expected: str, what: str) -> None:
+    if actual != expected:
+        _metrics.INTEGRITY_FAILURES.labels("L3").inc()
+        raise IntegrityError(
+            f"{what}: downloaded sha256 {actual[:12]}… does not match the catalog's {expected[:12]}…; "
+            "nothing kept"
+        )
+
+
+def _pull(
+    store: ObjectStore,
+    uri: str,
+    size: int,
+    *,
+    dest: tuple[memoryview, int] | None,
+    pool: ThreadPoolExecutor,
+    part_bytes: int,
+    window: int,
+    transfer: Transfer,
+    landed: Callable[[int, int], None] | None,
+    side: _L2Side | None,
+) -> tuple[str, list[int]]:
+    """Ranged GETs of ``uri`` on ``pool``'s threads into ``dest`` (or scratch buffers), each part also
+    written to L2 by ``side`` when there is one; the sha256 and chunk digests, computed in order."""
     parts = [(start, min(start + part_bytes, size)) for start in range(0, size, part_bytes)]
     sha = hashlib.sha256()
-    digester = ChunkDigester(l2.chunk_bytes)
+    digester = ChunkDigester(side.l2.chunk_bytes) if side is not None else None
 
     def fetch(start: int, end: int) -> tuple[int, memoryview]:
         n = end - start
@@ -119,10 +250,16 @@ def fetch_l3(
             view, address = dest[0][start : min(start + round_up(n), len(dest[0]))], dest[1] + start
         else:
             view, address = host_view(host_buffer(round_up(n)))
-        part = PartWrite(l2, tw, start, n, view, address)
-        # Pieces go to the L2 temp file as soon as they land, while they are still in the CPU cache.
-        store.read_range_into(uri, start, view[:n], on_piece=part.landed)
-        part.finish()
+        part = side.part(start, n, view, address) if side is not None else None
+        if part is None:
+            store.read_range_into(uri, start, view[:n])
+        else:
+            assert side is not None
+            # Pieces go to the L2 temp file as soon as they land, while they are still in the CPU cache.
+            store.read_range_into(
+                uri, start, view[:n], on_piece=lambda a, b: side.write(lambda: part.landed(a, b))
+            )
+            side.write(part.finish)
         return start, view[:n]
 
     inflight: deque[Future[tuple[int, memoryview]]] = deque()
@@ -131,7 +268,8 @@ def fetch_l3(
         start, data = inflight.popleft().result()
         # Hash in order on this thread while later parts download (hashlib releases the GIL).
         sha.update(data)
-        digester.update(data)
+        if digester is not None:
+            digester.update(data)
         if landed is not None:
             landed(start, start + len(data))
 
@@ -145,9 +283,8 @@ def fetch_l3(
             consume()
     except BaseException:
         _drain(inflight)
-        l2.abandon(tw)
         raise
-    return l2.publish(tw, sha.hexdigest(), digester.finish())
+    return sha.hexdigest(), digester.finish() if digester is not None else []
 
 
 def read_l2(

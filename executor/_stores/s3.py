@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from executor._stores.base import PIECE, ObjectStore, OnPiece
-from prewarm import ObjectStoreError, S3Settings, get_logger
+from prewarm import ObjectStoreError, PrewarmError, S3Settings, get_logger
 
 __all__ = ["S3Store"]
 
@@ -89,7 +89,8 @@ class S3Store(ObjectStore):
             with attempt:
                 try:
                     return fn()
-                except ObjectStoreError:
+                except PrewarmError:
+                    # Ours (an L2 write that failed as the bytes landed, in ``on_piece``): not the store's.
                     raise
                 except Exception as exc:
                     error = self._translate(what, exc)
