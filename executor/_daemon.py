@@ -48,7 +48,7 @@ from prewarm import (
     counter,
     get_logger,
 )
-from prewarm.kafka import bootstrap_servers, broker_errors, ensure_control_topics
+from prewarm.kafka import bootstrap_servers, broker_errors, ensure_control_topics, make_producer
 
 __all__ = ["ExecutorDaemon", "commit_due", "run_forever"]
 
@@ -120,15 +120,12 @@ class ExecutorDaemon:
     def start(self) -> ExecutorDaemon:
         loops = [(self._report, "state")]
         if self._kafka is not None:
-            servers = bootstrap_servers(self._kafka)
             ensure_control_topics(self._kafka, client_id=f"{self._kafka.kafka_client_id}-executor")
-            with broker_errors("connect state producer"):
-                self._producer = KafkaProducer(
-                    bootstrap_servers=servers,
-                    client_id=f"{self._kafka.kafka_client_id}-executor-{self.node}",
-                    acks="all",
-                    linger_ms=0,
-                )
+            # acks=all and idempotence (make_producer's rule): a report the broker acknowledged survives
+            # the loss of the partition's leader.
+            self._producer = make_producer(
+                self._kafka, client_id=f"{self._kafka.kafka_client_id}-executor-{self.node}", linger_ms=0
+            )
             loops += [(self._consume, "orders"), (self._work, "apply")]
         if self.handoff is not None:
             self.handoff.start()

@@ -29,7 +29,7 @@ from typing import Any
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 
 from prewarm import BrokerError, IngestSettings, InvalidEvent, KafkaSettings, StorageError, get_logger
-from prewarm.kafka import broker_errors
+from prewarm.kafka import broker_errors, ensure_log_topics
 
 from ._dlq import DeadLetterWriter
 from ._fastpath import Fields, fast_fields, schema_fields
@@ -156,6 +156,8 @@ class IngestConsumer:
         self._assign_error: BaseException | None = None
         self._failures = 0
         self.summary = IngestSummary()
+        # A broker without auto-creation (production) would leave the group waiting for a topic forever.
+        ensure_log_topics(kafka, topic=self.topic)
         self._dlq = DeadLetterWriter(kafka)
         with broker_errors(f"connect consumer group {self.group}"):
             self._consumer = KafkaConsumer(

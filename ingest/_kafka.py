@@ -1,18 +1,18 @@
 """kafka-python at the boundary: client construction from settings and error translation.
 
 Every kafka-python call of this package goes through ``broker_errors`` so that callers only ever see
-``prewarm.BrokerError``, with ``transient`` set when waiting and retrying can help.
+``prewarm.BrokerError``, with ``transient`` set when waiting and retrying can help. Producers and topics
+come from the spine (``prewarm.kafka``): one rule for acks, idempotence, partitions and replicas.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
+from kafka import KafkaConsumer
 
 from prewarm import IngestSettings, KafkaSettings
-from prewarm.kafka import bootstrap_servers, broker_errors, create_topics
+from prewarm.kafka import bootstrap_servers, broker_errors, create_topics, make_producer, new_topic
 
 __all__ = ["consumer_config", "create_topic", "end_offsets", "make_producer"]
 
@@ -43,8 +43,8 @@ def consumer_config(kafka: KafkaSettings, ingest: IngestSettings, **extra: Any) 
 
 
 def create_topic(kafka: KafkaSettings, topic: str, partitions: int = 1) -> bool:
-    """Create ``topic`` if missing; returns whether it was created."""
-    return bool(create_topics(kafka, [NewTopic(topic, num_partitions=partitions, replication_factor=1)]))
+    """Create ``topic`` if missing, replicated as the settings say; returns whether it was created."""
+    return bool(create_topics(kafka, [new_topic(kafka, topic, partitions)]))
 
 
 def end_offsets(kafka: KafkaSettings, topic: str, timeout_s: float = 10.0) -> dict[int, int]:
@@ -66,10 +66,3 @@ def end_offsets(kafka: KafkaSettings, topic: str, timeout_s: float = 10.0) -> di
             return {tp.partition: int(off) for tp, off in ends.items()}
         finally:
             consumer.close()
-
-
-def make_producer(kafka: KafkaSettings, **config: Any) -> KafkaProducer:
-    with broker_errors("connect producer"):
-        return KafkaProducer(
-            bootstrap_servers=bootstrap_servers(kafka), client_id=kafka.kafka_client_id, **config
-        )

@@ -1,10 +1,11 @@
 """The gateway-side producer of request-log events.
 
 ``RequestLogProducer`` batches (``linger_ms``), compresses (gzip: the only codec kafka-python has
-without optional C extensions, none of which this project installs), waits for ``acks=all``, and bounds
-what it holds: once ``buffer_bytes`` of events are sent but not yet acknowledged, ``send`` blocks, and
-after ``max_block_s`` of a broker that does not answer it raises ``BrokerError`` instead of growing
-without limit. A delivery failure is reported by the next ``send`` or ``flush``.
+without optional C extensions, none of which this project installs), waits for ``acks=all`` with
+idempotence (as every prewarm producer), and bounds what it holds: once ``buffer_bytes`` of events are
+sent but not yet acknowledged, ``send`` blocks, and after ``max_block_s`` of a broker that does not
+answer it raises ``BrokerError`` instead of growing without limit. A delivery failure is reported by
+the next ``send`` or ``flush``.
 """
 
 from __future__ import annotations
@@ -51,11 +52,10 @@ class RequestLogProducer:
         self.buffer_bytes = buffer_bytes
         self.max_block_s = max_block_s
         settings = kafka or KafkaSettings(kafka_bootstrap=bootstrap, kafka_client_id=client_id)
+        # acks=all and idempotence (make_producer's rule): a retry after a lost ack must not write an
+        # event twice, and an acknowledged one must survive its leader: the log is the ground truth.
         self._producer = make_producer(
             settings,
-            acks="all",
-            # Retries after a lost ack must not write an event twice: the log is the ground truth.
-            enable_idempotence=True,
             compression_type=None if compression == "none" else compression,
             linger_ms=linger_ms,
             batch_size=batch_bytes,

@@ -25,6 +25,7 @@ from pydantic import (
     PlainSerializer,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -87,6 +88,30 @@ class KafkaSettings(_Section):
     kafka_check_crcs: bool = Field(
         default=False, description="verify record CRC32C on fetch (pure Python in kafka-python: slow)"
     )
+    # What prewarm creates its topics with (a topic that exists already is left as it is). The defaults
+    # fit one broker; on three, replication 3 with min.insync 2 survives the loss of any one broker
+    # without losing an acknowledged record (every producer sends with acks=all).
+    kafka_replication_factor: int = Field(
+        default=1, ge=1, le=32, description="replicas of each topic prewarm creates; at most the broker count"
+    )
+    kafka_min_insync_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=32,
+        description="min.insync.replicas of those topics; unset = replication factor - 1 (1 at least)",
+    )
+    topic_requests_partitions: int = Field(
+        default=12,
+        ge=1,
+        le=10_000,
+        description="partitions of the request log: how many ingest consumers share it",
+    )
+    topic_dlq_partitions: int = Field(
+        default=1, ge=1, le=10_000, description="partitions of the dead-letter topic"
+    )
+    topic_control_partitions: int = Field(
+        default=1, ge=1, le=10_000, description="partitions of the orders and executor-state topics"
+    )
 
     @field_validator("kafka_bootstrap")
     @classmethod
@@ -95,6 +120,22 @@ class KafkaSettings(_Section):
             if not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}", server.strip()):
                 raise ValueError(f"{server!r} is not host:port")
         return value
+
+    @field_validator("kafka_min_insync_replicas")
+    @classmethod
+    def _insync_within_replicas(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # The broker would accept such a topic and then refuse every acks=all write to it.
+        replicas = info.data.get("kafka_replication_factor")
+        if value is not None and replicas is not None and value > replicas:
+            raise ValueError(f"{value} exceeds kafka_replication_factor ({replicas}): no write could succeed")
+        return value
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """The effective min.insync.replicas: the setting, else one fewer than the replicas (1 at least)."""
+        if self.kafka_min_insync_replicas is not None:
+            return self.kafka_min_insync_replicas
+        return max(self.kafka_replication_factor - 1, 1)
 
 
 class StoreSettings(_Section):

@@ -8,20 +8,41 @@ kafka-python.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from prewarm._exceptions import BrokerError
 from prewarm._settings import KafkaSettings
 
-__all__ = ["bootstrap_servers", "broker_errors", "create_topics", "ensure_control_topics"]
+__all__ = [
+    "DURABLE_PRODUCER",
+    "bootstrap_servers",
+    "broker_errors",
+    "create_topics",
+    "ensure_control_topics",
+    "ensure_log_topics",
+    "make_producer",
+    "new_topic",
+]
 
 # Not marked retriable by kafka-python, but a broker that is restarting or briefly unreachable says so.
 _TRANSIENT = ("NoBrokersAvailable", "KafkaTimeoutError", "KafkaConnectionError")
+
+DURABLE_PRODUCER: Mapping[str, Any] = {
+    # Acknowledged only once every in-sync replica has the record: with min.insync.replicas on the
+    # topic, an acknowledged record survives the loss of its leader.
+    "acks": "all",
+    # A retry after a lost acknowledgement (a leader that died after writing) must not write twice; the
+    # broker drops the duplicate by producer id and sequence. kafka-python then keeps one request in
+    # flight per connection, so retries cannot reorder a key's records either.
+    "enable_idempotence": True,
+}
+"""What every prewarm producer sends with; ``make_producer`` refuses to weaken it."""
 
 
 @contextmanager
@@ -40,6 +61,34 @@ def broker_errors(what: str) -> Iterator[None]:
 
 def bootstrap_servers(kafka: KafkaSettings) -> list[str]:
     return [s.strip() for s in kafka.kafka_bootstrap.split(",") if s.strip()]
+
+
+def make_producer(kafka: KafkaSettings, *, client_id: str | None = None, **config: Any) -> KafkaProducer:
+    """A producer with ``DURABLE_PRODUCER``'s guarantees and the caller's tuning (``linger_ms`` …)."""
+    weakened = {key for key in DURABLE_PRODUCER if key in config and config[key] != DURABLE_PRODUCER[key]}
+    if weakened:
+        raise ValueError(f"prewarm producers always send with {dict(DURABLE_PRODUCER)}; got {config}")
+    with broker_errors("connect producer"):
+        return KafkaProducer(
+            bootstrap_servers=bootstrap_servers(kafka),
+            client_id=client_id or kafka.kafka_client_id,
+            **{**config, **DURABLE_PRODUCER},
+        )
+
+
+def new_topic(
+    kafka: KafkaSettings, name: str, partitions: int, configs: Mapping[str, str] | None = None
+) -> NewTopic:
+    """A topic as prewarm creates it: the settings' replication, and min.insync.replicas once replicated."""
+    topic_configs = dict(configs or {})
+    if kafka.kafka_replication_factor > 1:
+        topic_configs.setdefault("min.insync.replicas", str(kafka.min_insync_replicas))
+    return NewTopic(
+        name,
+        num_partitions=partitions,
+        replication_factor=kafka.kafka_replication_factor,
+        topic_configs=topic_configs,
+    )
 
 
 def create_topics(
@@ -63,22 +112,41 @@ def create_topics(
     return created
 
 
-def ensure_control_topics(kafka: KafkaSettings, *, partitions: int = 1, client_id: str | None = None) -> None:
+def ensure_control_topics(kafka: KafkaSettings, *, client_id: str | None = None) -> None:
     """The orders topic and the compacted executor-state topic, whichever process starts first.
 
     Compacted: the latest report per node survives, so a restarted scheduler knows every node at once
     instead of waiting for each to report again.
     """
+    partitions = kafka.topic_control_partitions
     create_topics(
         kafka,
         [
-            NewTopic(kafka.topic_orders, num_partitions=partitions, replication_factor=1),
-            NewTopic(
+            new_topic(kafka, kafka.topic_orders, partitions),
+            new_topic(
+                kafka,
                 kafka.topic_executor_state,
-                num_partitions=partitions,
-                replication_factor=1,
-                topic_configs={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"},
+                partitions,
+                {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"},
             ),
+        ],
+        client_id=client_id,
+    )
+
+
+def ensure_log_topics(
+    kafka: KafkaSettings, *, topic: str | None = None, client_id: str | None = None
+) -> None:
+    """The request log (``topic``, default the setting) and the dead-letter topic.
+
+    Created by prewarm rather than left to the broker's auto-creation, which production clusters turn
+    off and which would use the broker's partition count and a single replica.
+    """
+    create_topics(
+        kafka,
+        [
+            new_topic(kafka, topic or kafka.topic_requests, kafka.topic_requests_partitions),
+            new_topic(kafka, kafka.topic_dlq, kafka.topic_dlq_partitions),
         ],
         client_id=client_id,
     )

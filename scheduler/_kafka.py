@@ -10,11 +10,11 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
 from prewarm import ExecutorState, KafkaSettings, Order, get_logger
-from prewarm.kafka import bootstrap_servers, broker_errors
+from prewarm.kafka import bootstrap_servers, broker_errors, make_producer
 
 __all__ = ["OrderPublisher", "StateFollower"]
 
@@ -29,17 +29,15 @@ class OrderPublisher:
     def __init__(self, kafka: KafkaSettings, *, timeout_s: float = 10.0) -> None:
         self.topic = kafka.topic_orders
         self._timeout_s = timeout_s
-        with broker_errors("connect order producer"):
-            self._producer = KafkaProducer(
-                bootstrap_servers=bootstrap_servers(kafka),
-                client_id=f"{kafka.kafka_client_id}-scheduler",
-                acks="all",
-                linger_ms=0,  # an order is latency-critical; batching buys nothing at this rate
-                retries=5,
-                max_in_flight_requests_per_connection=1,  # retries must not reorder a node's orders
-                key_serializer=str.encode,
-                value_serializer=str.encode,
-            )
+        # acks=all and idempotence (make_producer's rule): an acknowledged order survives the loss of its
+        # partition's leader, and with one request in flight a retry never reorders a node's orders.
+        self._producer = make_producer(
+            kafka,
+            client_id=f"{kafka.kafka_client_id}-scheduler",
+            linger_ms=0,  # an order is latency-critical; batching buys nothing at this rate
+            key_serializer=str.encode,
+            value_serializer=str.encode,
+        )
 
     def publish(self, orders: Sequence[Order], *, wait: bool = True) -> None:
         """Send ``orders``; with ``wait`` return once the broker has acknowledged every one."""
