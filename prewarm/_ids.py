@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, WithJsonSchema
 
 __all__ = ["MAX_MODEL_ID_LENGTH", "ModelId", "validate_model_id"]
 
@@ -13,6 +13,15 @@ MAX_MODEL_ID_LENGTH = 128
 # Segments separated by "/" (as in "org/name"); each segment starts with a letter or digit, so "." and
 # ".." can never be a segment and no id starts with "/".
 _MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*(?:/[A-Za-z0-9][A-Za-z0-9_.\-]*)*")
+# The same rule as JSON Schema, so that an API document built from ``ModelId`` says what is refused
+# (an empty id was schema-valid and then refused). The lookahead is the "no '..'" check; JSON Schema
+# patterns are ECMA-262, where it means the same.
+_MODEL_ID_JSON_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_MODEL_ID_LENGTH,
+    "pattern": rf"^(?!.*\.\.){_MODEL_ID.pattern}$",
+}
 
 
 def validate_model_id(value: str) -> str:
@@ -33,4 +42,4 @@ def validate_model_id(value: str) -> str:
     return value
 
 
-ModelId = Annotated[str, AfterValidator(validate_model_id)]
+ModelId = Annotated[str, AfterValidator(validate_model_id), WithJsonSchema(_MODEL_ID_JSON_SCHEMA)]

@@ -254,7 +254,12 @@ class SchedulerSettings(_Section):
     api_port: int = Field(default=8080, ge=0, le=65535)
     hint_tokens: Secret = Field(default=SecretStr(""), description="'source:token,...' or @/path/to/file")
     publishable_tokens: Secret = Field(
-        default=SecretStr(""), description="'source:token[:model|model...],...' usable from browsers"
+        default=SecretStr(""),
+        description="'source:token[:model|model...],...' usable from browsers: post hints, never read",
+    )
+    read_tokens: Secret = Field(
+        default=SecretStr(""),
+        description="'name:token,...' or @/path/to/file: read the plan, hints and models; post nothing",
     )
     cors_origins: str = Field(default="", description="comma-separated allowed origins")
     hint_rate_per_s: float = Field(default=50.0, gt=0)

@@ -1,9 +1,13 @@
 """The hint API: product pages say a model will be wanted; operators read the plan.
 
-``POST /v1/hints`` needs a bearer token (a full token of its source, or a publishable one that browsers
-may hold, limited to hints and optionally to listed models). Every error is JSON ``{"error", "message"}``:
-401 no token, 403 wrong token or not allowed, 404 unknown model, 413 body too large, 422 invalid,
-429 rate-limited (with ``Retry-After``). Reads are open: they reveal the plan, never a token.
+Every route but ``/healthz``, ``/readyz``, ``/metrics`` and the API document itself needs a bearer token
+(roles in ``_auth``): ``POST /v1/hints`` a hint writer's full token or a publishable one; the reads
+(``GET /v1/hints``, ``/v1/plan``, ``/v1/models/{id}``) a read token or a hint writer's, never a
+publishable one, since a browser's token is in every visitor's hands and the plan is not public.
+Every error is JSON ``{"error", "message"}``: 401 no token, 403 wrong token or not allowed, 404 unknown
+model, 405 (with an ``Allow`` that lists every method of the path), 413 body too large, 422 invalid,
+429 rate-limited (with ``Retry-After``). ``_openapi`` declares all of it in the document, which the
+schemathesis test holds the server to. No response ever holds a token.
 """
 
 from __future__ import annotations
@@ -12,18 +16,21 @@ import json
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Path, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from prewarm import (
     Forbidden,
     Hint,
+    ModelId,
     SchedulerSettings,
     Unauthorized,
     UnknownModel,
@@ -32,8 +39,18 @@ from prewarm import (
     get_logger,
     render_metrics,
 )
-from scheduler._auth import Authenticator, RateLimiter
+from scheduler._auth import Authenticator, Principal, RateLimiter
 from scheduler._core import SchedulerCore
+from scheduler._openapi import (
+    ERROR_CODES,
+    Health,
+    HintAccepted,
+    HintList,
+    ModelView,
+    PlanView,
+    Readiness,
+    errors,
+)
 
 __all__ = ["create_app"]
 
@@ -42,17 +59,13 @@ log = get_logger(__name__)
 _HINTS = counter(
     "prewarm_scheduler_hints_total", "Hint requests by source and HTTP status.", ["source", "status"]
 )
-_ERROR_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "too_large",
-    422: "invalid",
-    429: "rate_limited",
-    503: "not_ready",
-}
+# Declares the scheme in the document and nothing else: the routes check the header themselves, so that
+# a missing token and a wrong one get their own status and message.
+_BEARER = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="`Authorization: Bearer <token>`: a hint writer's, publishable or read token",
+)
 # What a client may send: the Hint wire schema minus the field the scheduler stamps itself.
 _HINT_BODY_SCHEMA = {
     k: v for k, v in Hint.model_json_schema().items() if k not in {"title", "description"}
@@ -68,7 +81,7 @@ class _ApiError(Exception):
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"error": _ERROR_CODES.get(status, "error"), "message": message}
+    body = {"error": ERROR_CODES.get(status, "error"), "message": message}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -81,14 +94,21 @@ def create_app(
 ) -> FastAPI:
     """The ASGI app over ``core``. ``ready`` says whether the runtime behind it is up (for /readyz)."""
     auth = Authenticator(
-        settings.hint_tokens.get_secret_value(), settings.publishable_tokens.get_secret_value()
+        settings.hint_tokens.get_secret_value(),
+        settings.publishable_tokens.get_secret_value(),
+        settings.read_tokens.get_secret_value(),
     )
     limiter = RateLimiter(settings.hint_rate_per_s, settings.hint_burst)
     max_body = settings.max_body_bytes
     app = FastAPI(
         title="prewarm scheduler",
         version=__version__,
-        description="Business hints in; the prefetch plan out.",
+        description="Business hints in; the prefetch plan out. Every route but /healthz, /readyz and "
+        "/metrics needs a bearer token.",
+        # Swagger UI and ReDoc load their scripts from a public CDN: off a platform's network they show
+        # nothing, and on it they run third-party code on the API's origin. The document stays.
+        docs_url=None,
+        redoc_url=None,
     )
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     if origins:
@@ -106,21 +126,42 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route on the path only; a path has one route
+            # per method here.
+            headers["Allow"] = ", ".join(_allowed_methods(request))
+        return _error(exc.status_code, str(exc.detail), headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(422, _describe(exc.errors()))
 
+    def reader(
+        request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]
+    ) -> Principal:
+        try:
+            return auth.reader(request.headers.get("authorization"))
+        except Unauthorized as exc:
+            raise _ApiError(401, str(exc), {"WWW-Authenticate": "Bearer"}) from None
+        except Forbidden as exc:
+            raise _ApiError(403, str(exc)) from None
+
     @app.post(
         "/v1/hints",
         status_code=202,
         summary="Say that a model will probably be wanted soon",
+        dependencies=[Security(_BEARER)],
         openapi_extra={
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _HINT_BODY_SCHEMA}}},
-            "security": [{"bearer": []}],
+            "requestBody": {
+                "required": True,
+                "description": f"A hint, at most {max_body} bytes (413 beyond).",
+                "content": {"application/json": {"schema": _HINT_BODY_SCHEMA}},
+                "x-max-body-bytes": max_body,
+            },
         },
-        responses={s: {"description": _ERROR_CODES[s]} for s in (401, 403, 404, 413, 422, 429)},
+        response_model=HintAccepted,
+        responses=errors(401, 403, 404, 413, 422, 429, 503),
     )
     async def post_hint(request: Request) -> JSONResponse:
         source = "-"
@@ -129,7 +170,7 @@ def create_app(
             if declared is not None and declared.isdigit() and int(declared) > max_body:
                 raise _ApiError(413, f"body larger than {max_body} bytes")
             try:
-                principal = auth.authenticate(request.headers.get("authorization"))
+                principal = auth.writer(request.headers.get("authorization"))
             except Unauthorized as exc:
                 raise _ApiError(401, str(exc), {"WWW-Authenticate": "Bearer"}) from None
             except Forbidden as exc:
@@ -157,37 +198,72 @@ def create_app(
         }
         return JSONResponse(body, status_code=202)
 
-    @app.get("/v1/hints", summary="Hints whose window has not passed")
-    def get_hints() -> dict[str, Any]:
-        return {"hints": [h.model_dump(mode="json") for h in core.hints()]}
+    # The reads answer JSONResponse, not the views' models: ``response_model`` only documents them.
+    @app.get(
+        "/v1/hints",
+        summary="Hints whose window has not passed",
+        response_model=HintList,
+        responses=errors(401, 403),
+        dependencies=[Depends(reader)],
+    )
+    def get_hints() -> JSONResponse:
+        return JSONResponse({"hints": [h.model_dump(mode="json") for h in core.hints()]})
 
-    @app.get("/v1/plan", summary="Planned tier per model, deferred prefetches and upcoming orders")
-    def get_plan() -> dict[str, Any]:
-        return core.plan_view()
+    @app.get(
+        "/v1/plan",
+        summary="Planned tier per model, deferred prefetches and upcoming orders",
+        response_model=PlanView,
+        responses=errors(401, 403),
+        dependencies=[Depends(reader)],
+    )
+    def get_plan() -> JSONResponse:
+        return JSONResponse(core.plan_view())
 
-    @app.get("/v1/models/{model_id:path}", summary="Forecast, tier per node and recent orders of one model")
-    def get_model(model_id: str) -> dict[str, Any]:
+    @app.get(
+        "/v1/models/{model_id:path}",
+        summary="Forecast, tier per node and recent orders of one model",
+        response_model=ModelView,
+        responses=errors(401, 403, 404, 422),
+        dependencies=[Depends(reader)],
+    )
+    def get_model(
+        model_id: Annotated[ModelId, Path(description="a catalog id; may hold '/' (org/name)")],
+    ) -> JSONResponse:
         try:
-            return core.model_view(model_id)
+            return JSONResponse(core.model_view(model_id))
         except UnknownModel as exc:
             raise _ApiError(404, str(exc)) from None
 
-    @app.get("/healthz", summary="The process is alive")
+    @app.get("/healthz", summary="The process is alive", response_model=Health)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", summary="The scheduler can take hints and publish orders")
+    @app.get(
+        "/readyz",
+        summary="The scheduler can take hints and publish orders",
+        response_model=Readiness,
+        responses={503: {"model": Readiness, "description": "Not ready: the message says why."}},
+    )
     def readyz() -> JSONResponse:
         ok, why = ready() if ready is not None else (True, "ok")
         return JSONResponse(
             {"status": "ready" if ok else "not_ready", "message": why}, status_code=200 if ok else 503
         )
 
-    @app.get("/metrics", summary="Prometheus metrics")
+    @app.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
     def metrics() -> Response:
         return Response(render_metrics(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app answers on the request's path."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= route.methods or set()
+    return sorted(methods)
 
 
 async def _read_limited(request: Request, limit: int) -> bytes:

@@ -1,4 +1,11 @@
-"""Who may post hints, and how often: bearer tokens per source, publishable tokens, token buckets.
+"""Who may post hints, who may read the plan, and how often: bearer tokens, roles, token buckets.
+
+Three kinds of token, each ``name:token`` (the name is the hint source, or the reader, in logs):
+
+* a hint writer's full token (``hint_tokens``) posts hints for its source and reads;
+* a publishable token (``publishable_tokens``), which a browser may hold, posts hints for its source,
+  for listed models if a list is given, and reads nothing: a page's visitor must not learn the plan;
+* a read token (``read_tokens``), for dashboards and operators, reads and posts nothing.
 
 Pure and clock-injected. Tokens are compared with ``hmac.compare_digest`` against every configured token
 (no early exit), so response time says nothing about how much of a token was right. Token values never
@@ -7,6 +14,7 @@ appear in a ``repr``, an exception message or a log line.
 
 from __future__ import annotations
 
+import enum
 import hmac
 import math
 import threading
@@ -15,19 +23,44 @@ from pathlib import Path
 
 from prewarm import DEMAND_SOURCE, ConfigError, Forbidden, Unauthorized
 
-__all__ = ["Authenticator", "Principal", "RateLimiter", "parse_token_spec"]
+__all__ = ["Authenticator", "Principal", "RateLimiter", "Role", "parse_token_spec"]
+
+
+class Role(enum.StrEnum):
+    WRITER = "writer"  # a hint writer's full token: posts hints for its source, reads
+    PUBLISHABLE = "publishable"  # held by browsers: posts hints (for its models if listed), never reads
+    READER = "reader"  # reads the plan, the hints and the models; posts nothing
+
+
+_SETTING = {
+    Role.WRITER: "PREWARM_HINT_TOKENS",
+    Role.PUBLISHABLE: "PREWARM_PUBLISHABLE_TOKENS",
+    Role.READER: "PREWARM_READ_TOKENS",
+}
 
 
 @dataclass(frozen=True)
 class Principal:
-    """The caller a token stands for. A publishable token may only post hints, for ``models`` if set."""
+    """The caller a token stands for: a hint source (writer, publishable) or a reader."""
 
     source: str
-    publishable: bool = False
+    role: Role = Role.WRITER
     models: frozenset[str] | None = None
 
+    @property
+    def publishable(self) -> bool:
+        return self.role is Role.PUBLISHABLE
+
+    @property
+    def may_read(self) -> bool:
+        return self.role is not Role.PUBLISHABLE
+
+    @property
+    def may_post(self) -> bool:
+        return self.role is not Role.READER
+
     def may_hint(self, model: str) -> bool:
-        return self.models is None or model in self.models
+        return self.may_post and (self.models is None or model in self.models)
 
 
 @dataclass(frozen=True)
@@ -49,10 +82,10 @@ def _read_spec(spec: str, setting: str) -> str:
     return ",".join(line for line in lines if line)
 
 
-def parse_token_spec(
-    spec: str, *, publishable: bool = False, setting: str = "PREWARM_HINT_TOKENS"
-) -> list[_Credential]:
-    """``source:token,...`` (publishable: ``source:token[:model|model...]``), or ``@file`` holding that."""
+def parse_token_spec(spec: str, role: Role = Role.WRITER) -> list[_Credential]:
+    """``name:token,...`` (publishable: ``source:token[:model|model...]``), or ``@file`` holding that."""
+    setting = _SETTING[role]
+    publishable = role is Role.PUBLISHABLE
     credentials: list[_Credential] = []
     for index, entry in enumerate(e.strip() for e in _read_spec(spec, setting).split(",")):
         if not entry:
@@ -60,10 +93,10 @@ def parse_token_spec(
         parts = entry.split(":")
         limit = 3 if publishable else 2
         if len(parts) < 2 or len(parts) > limit or not parts[0] or not parts[1]:
-            form = "source:token[:model|model...]" if publishable else "source:token"
+            form = "source:token[:model|model...]" if publishable else "name:token"
             # The entry itself may hold a token: name its position, never its text.
             raise ConfigError(f"{setting} entry {index + 1} is not {form}", setting=setting)
-        if parts[0] == DEMAND_SOURCE:
+        if parts[0] == DEMAND_SOURCE and role is not Role.READER:
             # Hints from this source pre-empt every prefetch; only the scheduler itself may send them.
             raise ConfigError(
                 f"{setting} entry {index + 1}: source {parts[0]!r} is reserved", setting=setting
@@ -71,7 +104,7 @@ def parse_token_spec(
         models = None
         if publishable and len(parts) == 3 and parts[2]:
             models = frozenset(m for m in parts[2].split("|") if m)
-        principal = Principal(source=parts[0], publishable=publishable, models=models)
+        principal = Principal(source=parts[0], role=role, models=models)
         credentials.append(_Credential(principal=principal, token=parts[1].encode()))
     return credentials
 
@@ -79,10 +112,22 @@ def parse_token_spec(
 class Authenticator:
     """Maps ``Authorization: Bearer <token>`` to a ``Principal``."""
 
-    def __init__(self, hint_tokens: str = "", publishable_tokens: str = "") -> None:
-        self._credentials = parse_token_spec(hint_tokens) + parse_token_spec(
-            publishable_tokens, publishable=True, setting="PREWARM_PUBLISHABLE_TOKENS"
-        )
+    def __init__(self, hint_tokens: str = "", publishable_tokens: str = "", read_tokens: str = "") -> None:
+        self._credentials = [
+            *parse_token_spec(hint_tokens, Role.WRITER),
+            *parse_token_spec(publishable_tokens, Role.PUBLISHABLE),
+            *parse_token_spec(read_tokens, Role.READER),
+        ]
+        seen: dict[bytes, Principal] = {}
+        for credential in self._credentials:
+            other = seen.setdefault(credential.token, credential.principal)
+            if other != credential.principal:
+                # One token, two callers: which role it has would depend on the order of the settings.
+                raise ConfigError(
+                    f"{credential.principal.role} token of {credential.principal.source!r} is also the "
+                    f"{other.role} token of {other.source!r}: give each its own",
+                    setting=_SETTING[credential.principal.role],
+                )
 
     def __repr__(self) -> str:
         return f"Authenticator({len(self._credentials)} tokens)"
@@ -93,7 +138,7 @@ class Authenticator:
 
     def first_token(self) -> str | None:
         """The first full (non-publishable) token, for the benchmark client on the same host."""
-        full = [c for c in self._credentials if not c.principal.publishable]
+        full = [c for c in self._credentials if c.principal.role is Role.WRITER]
         return full[0].token.decode() if full else None
 
     def authenticate(self, authorization: str | None) -> Principal:
@@ -111,6 +156,20 @@ class Authenticator:
         if match is None:
             raise Forbidden("the token is not valid")
         return match
+
+    def reader(self, authorization: str | None) -> Principal:
+        """The caller behind ``authorization`` if it may read the plan, hints and models."""
+        principal = self.authenticate(authorization)
+        if not principal.may_read:
+            raise Forbidden("a publishable token may only post hints; reads need a read or hint token")
+        return principal
+
+    def writer(self, authorization: str | None) -> Principal:
+        """The caller behind ``authorization`` if it may post hints (for which models: ``may_hint``)."""
+        principal = self.authenticate(authorization)
+        if not principal.may_post:
+            raise Forbidden("a read token may not post hints")
+        return principal
 
 
 class RateLimiter:

@@ -1,4 +1,4 @@
-"""The hint API over real HTTP: every error code, tokens, CORS, and a hint that plans at once."""
+"""The hint API over real HTTP: every error code, token roles, CORS, and a hint that plans at once."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from scheduler._serve import BackgroundServer
 
 TOKENS = "shop:s3cret-shop,ops:s3cret-ops"
 PUBLISHABLE = "web:pk-web:chat|search"
+READ_TOKENS = "dashboard:rd-dash"
 
 
 class Clock:
@@ -32,6 +33,7 @@ def make(**overrides: object) -> tuple[TestClient, list[Order], Clock]:
         {
             "hint_tokens": TOKENS,
             "publishable_tokens": PUBLISHABLE,
+            "read_tokens": READ_TOKENS,
             "cors_origins": "https://shop.example",
             **overrides,
         }
@@ -52,6 +54,9 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+READ = bearer("rd-dash")
+
+
 @pytest.fixture
 def client() -> Iterator[TestClient]:
     c, _, _ = make()
@@ -68,7 +73,7 @@ def test_hint_with_a_valid_token_plans_at_once() -> None:
     assert body["hint"]["received_at"] == clock.t
     assert [o["action"] for o in body["orders"]] == ["prefetch"]
     assert [(o.model, o.action) for o in sent] == [("chat", OrderAction.PREFETCH)]
-    assert c.get("/v1/hints").json()["hints"][0]["model"] == "chat"
+    assert c.get("/v1/hints", headers=READ).json()["hints"][0]["model"] == "chat"
 
 
 def test_missing_token_is_401_and_nothing_is_planned() -> None:
@@ -84,7 +89,7 @@ def test_wrong_token_is_403_and_is_not_echoed(client: TestClient) -> None:
     response = client.post("/v1/hints", json={"model": "chat"}, headers=bearer("guess-123"))
     assert response.status_code == 403
     assert "guess-123" not in response.text
-    assert client.get("/v1/hints").json()["hints"] == []
+    assert client.get("/v1/hints", headers=READ).json()["hints"] == []
 
 
 def test_token_of_another_source_is_403(client: TestClient) -> None:
@@ -105,7 +110,7 @@ def test_unknown_model_is_404(client: TestClient) -> None:
     response = client.post("/v1/hints", json={"model": "nope"}, headers=bearer("s3cret-shop"))
     assert response.status_code == 404
     assert response.json() == {"error": "not_found", "message": "unknown model 'nope'"}
-    assert client.get("/v1/models/nope").status_code == 404
+    assert client.get("/v1/models/nope", headers=READ).status_code == 404
 
 
 def test_body_over_the_limit_is_413(client: TestClient) -> None:
@@ -159,10 +164,10 @@ def test_cors_preflight_allows_configured_origin_only(client: TestClient) -> Non
 
 def test_reads_plan_model_health_metrics_and_openapi(client: TestClient) -> None:
     client.post("/v1/hints", json={"model": "chat"}, headers=bearer("s3cret-shop"))
-    plan = client.get("/v1/plan").json()
+    plan = client.get("/v1/plan", headers=READ).json()
     assert [p["model"] for p in plan["placements"]] == ["chat"]
     assert plan["upcoming"][0]["model"] == "chat"
-    model = client.get("/v1/models/chat").json()
+    model = client.get("/v1/models/chat", headers=READ).json()
     assert model["model"]["id"] == "chat"
     assert model["recent_orders"][0]["action"] == "prefetch"
     assert client.get("/healthz").json() == {"status": "ok"}
@@ -201,4 +206,4 @@ def test_model_ids_with_an_organisation_work_in_paths(client: TestClient) -> Non
     assert (
         client.post("/v1/hints", json={"model": "org/llm"}, headers=bearer("s3cret-ops")).status_code == 202
     )
-    assert client.get("/v1/models/org/llm").json()["hints"][0]["model"] == "org/llm"
+    assert client.get("/v1/models/org/llm", headers=READ).json()["hints"][0]["model"] == "org/llm"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from prewarm import ConfigError, Forbidden, Unauthorized
-from scheduler._auth import Authenticator, RateLimiter
+from scheduler._auth import Authenticator, RateLimiter, Role
 
 
 def test_tokens_can_come_from_a_file(tmp_path: Path) -> None:
@@ -48,3 +48,32 @@ def test_token_bucket_refills_at_its_rate() -> None:
 def test_the_demand_source_cannot_be_given_a_token() -> None:
     with pytest.raises(ConfigError, match="reserved"):
         Authenticator("demand:abc")
+
+
+def test_a_read_token_reads_and_posts_nothing() -> None:
+    auth = Authenticator("shop:abc", "", "dashboard:rd")
+    assert auth.reader("Bearer rd").source == "dashboard"
+    with pytest.raises(Forbidden, match="read token"):
+        auth.writer("Bearer rd")
+    assert auth.first_token() == "abc"  # the benchmark posts hints: never a read token
+
+
+def test_a_publishable_token_posts_and_reads_nothing() -> None:
+    auth = Authenticator("shop:abc", "web:pk:chat")
+    assert auth.writer("Bearer pk").may_hint("chat")
+    with pytest.raises(Forbidden, match="publishable"):
+        auth.reader("Bearer pk")
+    assert auth.reader("Bearer abc").role is Role.WRITER
+
+
+def test_one_token_in_two_roles_is_refused_without_showing_it() -> None:
+    with pytest.raises(ConfigError, match="give each its own") as info:
+        Authenticator("shop:same-secret", "", "dashboard:same-secret")
+    assert "same-secret" not in str(info.value)
+    # The same entry twice is only a repetition.
+    assert Authenticator("shop:abc,shop:abc").authenticate("Bearer abc").source == "shop"
+
+
+def test_a_reader_may_be_named_like_the_demand_source() -> None:
+    # Reserved for hints only: a reader's name is a label, it never becomes a hint's source.
+    assert Authenticator(read_tokens="demand:rd").reader("Bearer rd").source == "demand"

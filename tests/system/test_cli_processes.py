@@ -59,6 +59,7 @@ def test_hint_to_a_running_scheduler_reaches_a_running_executor(
             "PREWARM_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}",
             "PREWARM_CATALOG": str(tmp_path / "catalog.yaml"),
             "PREWARM_HINT_TOKENS": "shop:tok-123",
+            "PREWARM_READ_TOKENS": "dashboard:read-456",
         }
     )
     scheduler_cmd = [sys.executable, "-c", MAIN, "--set", f"api_port={api}", "--set", "plan_interval_s=1"]
@@ -110,9 +111,12 @@ def test_hint_to_a_running_scheduler_reaches_a_running_executor(
         )
 
     wait_for(in_l1_or_l0, 30, "m0 in the executor's L1 or L0")
+    reader = {"Authorization": "Bearer read-456"}  # reads need a token too
     # The scheduler hears about it from the executor's report.
     wait_for(
-        lambda: "m0" in httpx.get(f"http://127.0.0.1:{api}/v1/plan", timeout=5).json()["tiers"],
+        lambda: (
+            "m0" in httpx.get(f"http://127.0.0.1:{api}/v1/plan", headers=reader, timeout=5).json()["tiers"]
+        ),
         15,
         "m0 in the scheduler's plan",
     )
