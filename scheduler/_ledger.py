@@ -41,7 +41,7 @@ _METADATA = sa.MetaData()
 ORDERS_TABLE = sa.Table(
     "prewarm_scheduler_orders",
     _METADATA,
-    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("id", sa.String(128), primary_key=True),  # the wire schema's bound
     sa.Column("node", sa.String(256), nullable=False),
     sa.Column("not_before", sa.Float, nullable=False),
     sa.Column("deadline", sa.Float, nullable=False, index=True),
