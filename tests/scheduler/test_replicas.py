@@ -16,7 +16,7 @@ from pg_schema import private_schema
 from scheduler_builders import GB, catalog, cluster, spec
 from sqlalchemy.engine import Engine
 
-from prewarm import Hint, Order, OrderAction, OrderReason, Tier, load_settings
+from prewarm import ConfigError, Hint, Order, OrderAction, OrderReason, Tier, load_settings
 from scheduler import PlannerConfig, SchedulerCore, create_app
 from scheduler._hintstore import HINTS_TABLE, HintFollower, HintStore
 from scheduler._lease import (
@@ -220,3 +220,9 @@ def _claim(ledger: OrderLedger, orders: list[Order], then: Exception | None = No
         if then is not None:
             raise then
         return mine
+
+
+def test_a_lease_renewed_less_than_twice_per_lifetime_is_refused_at_start_up() -> None:
+    with pytest.raises(ConfigError, match="lease_renew_s"):
+        load_settings(overrides={"lease_ttl_s": "4", "lease_renew_s": "3"})
+    assert load_settings(overrides={"lease_ttl_s": "4", "lease_renew_s": "2"}).scheduler.lease_renew_s == 2
