@@ -27,6 +27,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -283,6 +284,31 @@ class SchedulerSettings(_Section):
     demand_window_s: float = Field(
         default=60.0, gt=0, description="a model requested this recently is wanted now (demand pre-empts)"
     )
+    replica_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="this scheduler replica's name in the leader lease; unset = host-pid-random",
+    )
+    lease_ttl_s: float = Field(
+        default=8.0, ge=1, le=300, description="a leader lease not renewed for this long passes to a standby"
+    )
+    lease_renew_s: float = Field(
+        default=2.0, gt=0, description="how often the active replica renews (and a standby tries) the lease"
+    )
+    hint_poll_s: float = Field(
+        default=1.0, gt=0, le=60, description="how often each replica reads hints other replicas stored"
+    )
+
+    @model_validator(mode="after")
+    def _lease_timing(self) -> SchedulerSettings:
+        # Two renewals must fit in a lease, or one slow round trip hands the lease to a standby.
+        if self.lease_renew_s * 2 > self.lease_ttl_s:
+            raise ValueError(
+                f"lease_renew_s ({self.lease_renew_s:g}) must be at most half of lease_ttl_s "
+                f"({self.lease_ttl_s:g})"
+            )
+        return self
 
 
 _SECTIONS: tuple[type[_Section], ...] = (

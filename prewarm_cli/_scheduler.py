@@ -18,7 +18,11 @@ def run(
     catalog: Path | None = typer.Option(None, help="Catalog YAML (default: PREWARM_CATALOG)."),
     cluster: Path | None = typer.Option(None, help="Cluster YAML (default: PREWARM_CLUSTER, else one node)."),
 ) -> None:
-    """Plan, publish timed orders to Kafka and serve the hint API until interrupted."""
+    """Plan, publish timed orders to Kafka and serve the hint API until interrupted.
+
+    Several replicas may run on one PostgreSQL database (each with its own PREWARM_API_PORT): one is
+    active and plans, the others serve hints and take over if it dies. GET /readyz says which.
+    """
     import uvicorn
 
     from models import Catalog
@@ -35,14 +39,23 @@ def run(
     )
     runtime.start()
     try:
-        app_ = create_app(runtime.core, settings.scheduler, ready=runtime.ready)
+        app_ = create_app(
+            runtime.core,
+            settings.scheduler,
+            ready=runtime.ready,
+            accept_hint=runtime.accept_hint,
+            active=lambda: runtime.active,
+        )
+        sched = settings.scheduler
+        role = "active" if runtime.active else "standby"
         typer.echo(
-            f"hint API on http://{settings.scheduler.api_host}:{settings.scheduler.api_port}", err=True
+            f"replica {runtime.replica} ({role}): hint API on http://{sched.api_host}:{sched.api_port}",
+            err=True,
         )
         uvicorn.run(
             app_,
-            host=settings.scheduler.api_host,
-            port=settings.scheduler.api_port,
+            host=sched.api_host,
+            port=sched.api_port,
             log_level="warning",
             access_log=False,  # a request line can carry nothing secret, but keep the log for events
         )

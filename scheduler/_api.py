@@ -31,7 +31,9 @@ from prewarm import (
     Forbidden,
     Hint,
     ModelId,
+    Order,
     SchedulerSettings,
+    StorageError,
     Unauthorized,
     UnknownModel,
     __version__,
@@ -91,8 +93,14 @@ def create_app(
     *,
     ready: Callable[[], tuple[bool, str]] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    accept_hint: Callable[[Hint], tuple[Hint, list[Order]]] | None = None,
+    active: Callable[[], bool] | None = None,
 ) -> FastAPI:
-    """The ASGI app over ``core``. ``ready`` says whether the runtime behind it is up (for /readyz)."""
+    """The ASGI app over ``core``. ``ready`` says whether the runtime behind it is up (for /readyz).
+    ``accept_hint`` takes a valid hint (default ``core.add_hint``): the runtime's stores it before it
+    plans, so a 202 means the hint survives this replica. ``active`` says whether this replica is the
+    one that plans (default: always)."""
+    add_hint = accept_hint or core.add_hint
     auth = Authenticator(
         settings.hint_tokens.get_secret_value(),
         settings.publishable_tokens.get_secret_value(),
@@ -185,9 +193,14 @@ def create_app(
             if not principal.may_hint(hint.model):
                 raise _ApiError(403, f"this token may not post hints for {hint.model!r}")
             try:
-                stamped, orders = core.add_hint(hint)
+                stamped, orders = add_hint(hint)
             except UnknownModel as exc:
                 raise _ApiError(404, str(exc)) from None
+            except StorageError as exc:  # not stored: refused, so the client retries (maybe elsewhere)
+                log.error("a hint could not be stored", extra={"model": hint.model, "error": str(exc)})
+                raise _ApiError(
+                    503, "the hint could not be stored; try again", {"Retry-After": "1"}
+                ) from None
         except _ApiError as exc:
             _HINTS.labels(source, str(exc.status)).inc()
             raise
@@ -240,15 +253,18 @@ def create_app(
 
     @app.get(
         "/readyz",
-        summary="The scheduler can take hints and publish orders",
+        summary="The replica takes hints; `active` says whether it is the one that plans and publishes",
         response_model=Readiness,
         responses={503: {"model": Readiness, "description": "Not ready: the message says why."}},
     )
     def readyz() -> JSONResponse:
         ok, why = ready() if ready is not None else (True, "ok")
-        return JSONResponse(
-            {"status": "ready" if ok else "not_ready", "message": why}, status_code=200 if ok else 503
-        )
+        body = {
+            "status": "ready" if ok else "not_ready",
+            "message": why,
+            "active": active() if active else True,
+        }
+        return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
     def metrics() -> Response:

@@ -135,7 +135,13 @@ def _scheduler(settings: Settings, hints: int) -> Iterator[tuple[str, str, list[
     while runtime.core.plan_view()["at"] is None and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
-        app = create_app(runtime.core, local.scheduler, ready=runtime.ready)
+        app = create_app(
+            runtime.core,
+            local.scheduler,
+            ready=runtime.ready,
+            accept_hint=runtime.accept_hint,  # the real path: stored, then planned
+            active=lambda: runtime.active,
+        )
         with BackgroundServer(app, sched.api_host, sched.api_port) as server:
             yield server.url, token, [s.id for s in specs], True
     finally:

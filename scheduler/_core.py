@@ -72,13 +72,11 @@ class SchedulerCore:
         dispatch: Callable[[Sequence[Order]], None],
         clock: Callable[[], float] = time.time,
         max_hints: int = 10_000,
-        on_hint: Callable[[Hint], None] | None = None,
     ) -> None:
         self.catalog = catalog
         self.cluster = cluster
         self.config = config
         self._dispatch = dispatch
-        self._on_hint = on_hint
         self._clock = clock
         self._max_hints = max_hints
         self._lock = threading.RLock()
@@ -96,20 +94,19 @@ class SchedulerCore:
     def now(self) -> float:
         return self._clock()
 
-    def add_hint(self, hint: Hint) -> tuple[Hint, list[Order]]:
-        """Record a hint (stamped with the time it arrived) and plan at once; the new orders for its model."""
+    def add_hint(self, hint: Hint, *, received_at: float | None = None) -> tuple[Hint, list[Order]]:
+        """Record a hint (stamped with the time it arrived: ``received_at``, else now) and plan at once;
+        the new orders for its model. The runtime passes the stamp it stored the hint with."""
         if hint.model not in self.catalog:
             raise UnknownModel(hint.model)
         now = self._clock()
-        stamped = hint.model_copy(update={"received_at": now})
+        stamped = hint.model_copy(update={"received_at": now if received_at is None else received_at})
         with self._lock:
             self._hints = [h for h in self._hints if h.live(now)]
             if len(self._hints) >= self._max_hints:
                 self._hints.pop(0)  # the oldest goes first: a flood cannot grow memory without bound
             self._hints.append(stamped)
             orders = self._replan_locked(now)
-        if self._on_hint is not None:
-            self._on_hint(stamped)  # after planning: persisting it must not delay its orders
         return stamped, [o for o in orders if o.model == hint.model]
 
     def restore(self, hints: Sequence[Hint] = (), orders: Sequence[Order] = ()) -> None:

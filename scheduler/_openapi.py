@@ -146,7 +146,8 @@ class Health(BaseModel):
 
 
 class Readiness(BaseModel):
-    """Open to more fields (which replica is active, say): a probe reads ``status`` and the code."""
+    """Open to more fields: a probe reads ``status`` and the code."""
 
     status: Literal["ready", "not_ready"]
     message: str
+    active: bool = Field(description="whether this replica is the one that plans and publishes")

@@ -4,10 +4,17 @@ The job store is SQLAlchemy on ``Settings.database_url``, so a timed order outli
 order due while the scheduler was down is published as soon as it starts again (and an executor still
 skips it if its deadline passed). Job functions are module-level and take only strings, because the job
 store pickles a reference to the function and its arguments; they reach the live runtime through
-``_CURRENT``, the one runtime running in this process. Active hints are kept in the same store, as
-do-nothing date jobs that fall due when the hint expires; on start the runtime takes back those hints
-and the orders still waiting, so it neither forgets a hint nor books a node's bytes twice. One
-scheduler per job store: APScheduler 3 does not coordinate two processes over one table.
+``_CURRENT``, the one runtime running in this process.
+
+Replicas: any number of runtimes may share one PostgreSQL database. The holder of the leader lease
+(``scheduler._lease``) is the *active* replica: it alone plans, runs APScheduler jobs and publishes;
+the others (*standbys*) keep APScheduler paused, serve the hint API, and take over when the lease
+passes to them. Every replica stores the hints it accepts before answering (``scheduler._hintstore``)
+and follows what the others stored; every order handed out is in the order ledger, marked published
+in the same transaction that sends it (``scheduler._ledger``). Taking over therefore means: read back
+the orders topic's last minutes, take the live hints and the ledger's orders, publish what is due and
+unpublished, make sure every later one has its date job, resume APScheduler. With SQLite the lease is
+always held: one process owns the file.
 
 Orders due now are published on the caller's thread (a hint's orders are on Kafka before its HTTP
 response returns); later ones become date jobs. Inputs that cost I/O (forecasts, recent demand) are
@@ -18,7 +25,6 @@ a retrain that lost the comparison is not served, and the planning tick asks the
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 import time
@@ -31,8 +37,8 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
-from pydantic import ValidationError
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Engine
 
 from forecaster import (
     ForecasterBundle,
@@ -47,11 +53,33 @@ from forecaster import (
 from forecaster import retrain as retrain_forecaster
 from ingest import DemandStore
 from models import Catalog, CatalogWatcher
-from prewarm import BrokerError, ConfigError, Hint, Order, PrewarmError, Settings, counter, get_logger
+from prewarm import (
+    ConfigError,
+    Hint,
+    Order,
+    PrewarmError,
+    Settings,
+    StorageError,
+    UnknownModel,
+    get_logger,
+)
 from prewarm.kafka import ensure_control_topics
 from scheduler._cluster import Cluster
 from scheduler._core import SchedulerCore
+from scheduler._dispatch import Dispatcher
+from scheduler._hintstore import HINTS_TABLE, HintFollower, HintStore
 from scheduler._kafka import OrderPublisher, StateFollower
+from scheduler._lease import (
+    LEASE_TABLE,
+    AlwaysHeld,
+    LeaderLease,
+    Lease,
+    LeaseKeeper,
+    create_tables_once,
+    replica_identity,
+    shares_database,
+)
+from scheduler._ledger import ORDERS_TABLE, OrderLedger
 from scheduler._planner import PlannerConfig
 from scheduler._signals import demand_hints
 
@@ -73,15 +101,11 @@ ForecastProvider = Callable[[float, Sequence[str]], Mapping[str, ModelForecast]]
 Retrainer = Callable[[Settings, DemandStore, float], RetrainResult]
 """``(settings, demand store, now) -> result``: the daily retrain (``forecaster.retrain`` by default)."""
 
-_PUBLISHED = counter(
-    "prewarm_scheduler_orders_published_total", "Orders written to Kafka, by reason.", ["reason"]
-)
-_EXPIRED = counter("prewarm_scheduler_orders_expired_total", "Timed orders dropped: deadline passed first.")
 _JOBSTORE_TABLE = "prewarm_scheduler_jobs"
 _PLAN_JOB = "prewarm-plan"
 _RETRAIN_JOB = "prewarm-retrain"
-_RETRY_S = 2.0
 _CHAMPION_POLL_S = 60.0
+_LEDGER_KEEP_S = 86_400.0  # ledger rows outlive their deadline this long (for operators, then pruned)
 
 _CURRENT: Runtime | None = None
 
@@ -99,10 +123,6 @@ def _current() -> Runtime:
 def publish_order_job(order_json: str) -> None:
     """Job: publish one timed order now that it is due."""
     _current().publish_due(Order.model_validate_json(order_json))
-
-
-def forget_hint_job(hint_json: str) -> None:
-    """Job: nothing to do. The job only carries an active hint in the store until the hint expires."""
 
 
 def plan_job() -> None:
@@ -140,7 +160,8 @@ def retrain_trigger(settings: Settings) -> CronTrigger:
 
 
 class Runtime:
-    """Planning state + Kafka + APScheduler. ``start`` it, serve ``core`` over HTTP, ``stop`` it."""
+    """Planning state + Kafka + APScheduler + the leader lease. ``start`` it, serve ``core`` over HTTP
+    (with ``accept_hint`` as the hint hook), ``stop`` it."""
 
     def __init__(
         self,
@@ -161,6 +182,7 @@ class Runtime:
         ``champion_poll_s``: how often a planning tick asks the registry which forecaster is champion."""
         self._catalog = CatalogWatcher(catalog_path) if catalog_path else None
         self.settings = settings
+        self.replica = replica_identity(settings.scheduler.replica_id)
         self._jobstore_url = jobstore_url or settings.database_url
         self._clock = clock
         self._forecasts = forecasts
@@ -171,12 +193,21 @@ class Runtime:
             config=config or PlannerConfig.from_settings(settings.scheduler),
             dispatch=self._dispatch,
             clock=clock,
-            on_hint=self._remember_hint,
         )
         self._publisher: OrderPublisher | None = None
         self._follower: StateFollower | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._store: DemandStore | None = None
+        self._engine: Engine | None = None
+        self._hints: HintStore | None = None
+        self._ledger: OrderLedger | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._hint_follower: HintFollower | None = None
+        self._shared = False  # the job store is shared with other replicas (not SQLite)
+        # Held while a hint is stored and planned, and while the follower takes in stored ones: a hint
+        # this replica is still accepting is never taken in twice.
+        self._hint_lock = threading.Lock()
         # The champion once loaded or trained, and its registry version (None: not from the registry).
         # One tuple, replaced whole: the retrain job and the planning tick run on different threads.
         self._served: tuple[ForecasterBundle | None, str | None] = (None, None)
@@ -184,10 +215,13 @@ class Runtime:
         self._champion_poll_s = champion_poll_s
         self._champion_asked_at = -math.inf
         self._started = threading.Event()
+        self._active = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Runtime:
+        """Connect, create the tables if this is the first start, and try the lease once: when this
+        returns the runtime is either active or a standby (``active`` says which)."""
         global _CURRENT
         if _CURRENT is not None and _CURRENT is not self:
             raise ConfigError("another scheduler runtime is already running in this process")
@@ -197,17 +231,134 @@ class Runtime:
         self._follower = StateFollower(kafka, self.core.observe).start()
         # Plan with what the nodes last said, if they said anything: a restart does not start blind.
         self._follower.wait_caught_up(timeout=5.0)
-        _prepare_sqlite(self._jobstore_url)
+        engine = self._engine = _job_engine(self._jobstore_url)
+        jobstore = SQLAlchemyJobStore(engine=engine, tablename=_JOBSTORE_TABLE)
+        create_tables_once(engine, [jobstore.jobs_t, LEASE_TABLE, HINTS_TABLE, ORDERS_TABLE])
+        sched = self.settings.scheduler
+        self._shared = shares_database(engine)
+        lease: Lease = (
+            LeaderLease(engine, self.replica, sched.lease_ttl_s) if self._shared else AlwaysHeld(self.replica)
+        )
+        self._hints = HintStore(engine)
+        self._ledger = OrderLedger(engine, self.replica, lease.holds)
         self._scheduler = BackgroundScheduler(
-            jobstores={"default": SQLAlchemyJobStore(url=self._jobstore_url, tablename=_JOBSTORE_TABLE)},
+            jobstores={"default": jobstore},
             executors={"default": ThreadPoolExecutor(4)},
             # Missed while down: run once, however late; the order's own deadline decides if it still counts.
             job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
             timezone=UTC,
         )
+        self._dispatcher = Dispatcher(
+            publisher=self._publisher,
+            ledger=self._ledger,
+            scheduler=self._scheduler,
+            job=publish_order_job,
+            clock=self._clock,
+        )
         _CURRENT = self
-        self._scheduler.start()  # orders that fell due while no scheduler ran are published now
-        self._restore()
+        self._scheduler.start(paused=True)  # jobs run only once this replica holds the lease
+        self.core.restore(self._hints.live(self._clock()))  # a standby answers with every live hint
+        self._keeper = LeaseKeeper(
+            lease,
+            ttl_s=sched.lease_ttl_s,
+            renew_s=sched.lease_renew_s,
+            on_acquired=self._take_over,
+            on_lost=self._stand_by,
+        ).start()
+        if self._shared:  # alone on SQLite, every hint stored was accepted here
+            self._hint_follower = HintFollower(
+                self._hints, self._take_in_hints, poll_s=sched.hint_poll_s, clock=self._clock
+            ).start()
+        self._started.set()
+        log.info(
+            "scheduler runtime started",
+            extra={"nodes": len(self.core.cluster.nodes), "replica": self.replica, "active": self.active},
+        )
+        return self
+
+    def stop(self) -> None:
+        global _CURRENT
+        self._started.clear()
+        if self._keeper is not None:
+            self._keeper.stop()
+        if self._hint_follower is not None:
+            self._hint_follower.stop()
+        if self._scheduler is not None and self._scheduler.running:
+            # Wait for jobs already running: a due order's job has left the job store when it starts,
+            # so one cut off by closing the publisher under it would be lost.
+            self._scheduler.shutdown(wait=True)
+        if self._keeper is not None and self._keeper.held:
+            self._active.clear()
+            self._keeper.lease.release()  # after the last publish: a standby takes over at its next try
+        if self._follower is not None:
+            self._follower.stop()
+        if self._publisher is not None:
+            self._publisher.close()
+        if self._store is not None:
+            self._store.close()
+        if self._engine is not None:
+            self._engine.dispose()
+        if _CURRENT is self:
+            _CURRENT = None
+
+    def __enter__(self) -> Runtime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def active(self) -> bool:
+        """Whether this replica holds the lease and has taken over: it plans and publishes."""
+        return self._active.is_set()
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready to serve the hint API: an active replica and a standby both are."""
+        if not self._started.is_set():
+            return False, "the runtime is not started"
+        if self._follower is not None and self._follower.error is not None:
+            return False, f"executor state: {self._follower.error}"
+        if self._keeper is not None and self._keeper.error is not None:
+            return False, f"leader lease: {self._keeper.error}"
+        return True, "ok" if self.active else "ok, standby"
+
+    # ------------------------------------------------------------------ hints, on every replica
+
+    def accept_hint(self, hint: Hint) -> tuple[Hint, list[Order]]:
+        """The hint API's hook: stamp the hint, store it, then plan it if this replica is active. A
+        standby answers with no orders: the active replica plans the stored hint within ``hint_poll_s``.
+        ``UnknownModel`` for a model not in the catalog; ``StorageError`` if it could not be stored
+        (so it is refused rather than kept only in the memory of one replica)."""
+        if hint.model not in self.core.catalog:
+            raise UnknownModel(hint.model)
+        stamped = hint.model_copy(update={"received_at": self._clock()})
+        with self._hint_lock:
+            if self._hints is not None:
+                self._hints.add(stamped, self._clock())
+            if self.active:
+                return self.core.add_hint(hint, received_at=stamped.received_at)
+            self.core.restore([stamped])
+        return stamped, []
+
+    def _take_in_hints(self, hints: list[Hint]) -> None:
+        """Hints another replica (or this one) stored: known at once, planned if this one is active."""
+        with self._hint_lock:
+            self.core.restore(hints)
+        if self.active:
+            self.core.replan()
+
+    # ------------------------------------------------------------------ becoming active, and not
+
+    def _take_over(self) -> None:
+        """Won the lease: settle the orders the previous holder left, then run the jobs."""
+        assert self._scheduler is not None
+        assert self._dispatcher is not None
+        assert self._hints is not None
+        orders = self._dispatcher.take_over(self.settings.kafka if self._shared else None)
+        with self._hint_lock:
+            self.core.restore(self._hints.live(self._clock()), orders)
+        self._active.set()
+        self._scheduler.resume()  # jobs that fell due while no replica was active run now
         self._scheduler.add_job(
             plan_job,
             "interval",
@@ -218,128 +369,40 @@ class Runtime:
         )
         trigger = retrain_trigger(self.settings)
         self._scheduler.add_job(retrain_job, trigger, id=_RETRAIN_JOB, replace_existing=True)
-        self._started.set()
-        log.info("scheduler runtime started", extra={"nodes": len(self.core.cluster.nodes)})
-        return self
+        log.info("active: planning and publishing", extra={"replica": self.replica})
 
-    def stop(self) -> None:
-        global _CURRENT
-        self._started.clear()
+    def _stand_by(self) -> None:
+        self._active.clear()
         if self._scheduler is not None and self._scheduler.running:
-            # Wait for jobs already running: a due order's job has left the job store when it starts,
-            # so one cut off by closing the publisher under it would be lost.
-            self._scheduler.shutdown(wait=True)
-        if self._follower is not None:
-            self._follower.stop()
-        if self._publisher is not None:
-            self._publisher.close()
-        if self._store is not None:
-            self._store.close()
-        if _CURRENT is self:
-            _CURRENT = None
-
-    def __enter__(self) -> Runtime:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def ready(self) -> tuple[bool, str]:
-        if not self._started.is_set():
-            return False, "the runtime is not started"
-        if self._follower is not None and self._follower.error is not None:
-            return False, f"executor state: {self._follower.error}"
-        return True, "ok"
-
-    # ------------------------------------------------------------------ what survives a restart
-
-    def _remember_hint(self, hint: Hint) -> None:
-        if self._scheduler is None or not self._scheduler.running:
-            return
-        text = hint.model_dump_json()
-        try:
-            self._scheduler.add_job(
-                forget_hint_job,
-                "date",
-                run_date=datetime.fromtimestamp(hint.expires_at(time.time()), UTC),
-                args=[text],
-                id=f"hint:{hashlib.sha256(text.encode()).hexdigest()[:32]}",
-                replace_existing=True,
-            )
-        except SQLAlchemyError as exc:
-            # The hint is planned already; only its survival of a restart is lost.
-            log.warning("could not persist a hint", extra={"model": hint.model, "error": str(exc)[:200]})
-
-    def _restore(self) -> None:
-        assert self._scheduler is not None
-        hints: list[Hint] = []
-        orders: list[Order] = []
-        for job in self._scheduler.get_jobs():
-            try:
-                if job.id.startswith("hint:"):
-                    hints.append(Hint.model_validate_json(job.args[0]))
-                elif job.id.startswith("order:"):
-                    orders.append(Order.model_validate_json(job.args[0]))
-            except (ValidationError, IndexError) as exc:
-                log.warning(
-                    "skipping a stored job that does not parse",
-                    extra={"job": job.id, "error": str(exc)[:200]},
-                )
-        self.core.restore(hints, orders)
-        if hints or orders:
-            log.info("restored from the job store", extra={"hints": len(hints), "orders": len(orders)})
+            self._scheduler.pause()
+        log.info("standby: serving hints, not planning", extra={"replica": self.replica})
 
     # ------------------------------------------------------------------ orders
 
     def _dispatch(self, orders: Sequence[Order]) -> None:
-        now = self._clock()
-        due = [o for o in orders if o.not_before <= now]
-        later = [o for o in orders if o.not_before > now]
-        if due:
-            try:
-                self._publish(due)
-            except BrokerError as exc:
-                # Not lost: retried as jobs in the persistent store.
-                log.warning("publishing failed, will retry", extra={"orders": len(due), "error": str(exc)})
-                later += due
-        for order in later:
-            self._schedule(order, max(order.not_before, now + (_RETRY_S if order in due else 0.0)))
-
-    def _schedule(self, order: Order, at: float) -> None:
-        assert self._scheduler is not None
-        self._scheduler.add_job(
-            publish_order_job,
-            "date",
-            run_date=datetime.fromtimestamp(at, UTC),
-            args=[order.model_dump_json()],
-            id=f"order:{order.id}",
-            replace_existing=True,
-        )
-
-    def _publish(self, orders: Sequence[Order]) -> None:
-        assert self._publisher is not None
-        self._publisher.publish(orders)
-        for order in orders:
-            _PUBLISHED.labels(order.reason.value).inc()
+        if self._dispatcher is None:
+            raise RuntimeError("the runtime is not started: nothing can publish its orders")
+        self._dispatcher.dispatch(orders)
 
     def publish_due(self, order: Order) -> None:
-        now = self._clock()
-        if order.deadline <= now:
-            _EXPIRED.inc()
-            log.info("timed order expired before it was due", extra={"order": order.id, "model": order.model})
-            return
+        assert self._dispatcher is not None
+        self._dispatcher.publish_due(order)
+
+    def _prune(self, now: float) -> None:
+        """Drop expired hints and long-past orders from the shared tables (the active replica's chore)."""
+        assert self._hints is not None
+        assert self._ledger is not None
         try:
-            self._publish([order])
-        except BrokerError as exc:
-            if not exc.transient:
-                raise
-            log.warning("publishing a timed order failed, retrying", extra={"order": order.id})
-            self._schedule(order, now + _RETRY_S)
+            self._hints.prune(now)
+            self._ledger.prune(now - _LEDGER_KEEP_S)
+        except StorageError as exc:
+            log.warning("pruning the scheduler's tables failed", extra={"error": str(exc)})
 
     # ------------------------------------------------------------------ planning inputs
 
     def tick(self) -> None:
         now = self._clock()
+        self._prune(now)
         if self._catalog is not None and (catalog := self._catalog.poll()) is not None:
             self.core.update_catalog(catalog)
         try:
@@ -472,7 +535,16 @@ class Runtime:
         return [(j.id, j.next_run_time) for j in self._scheduler.get_jobs() if j.id.startswith("order:")]
 
 
-def _prepare_sqlite(url: str) -> None:
-    """The embedded SQLite file's directory must exist before SQLAlchemy opens it."""
+def _job_engine(url: str) -> Engine:
+    """One engine for the job store, the lease, the hints and the ledger. PostgreSQL (shared by the
+    replicas) or SQLite (one process); the embedded SQLite file's directory is created first."""
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, pool_pre_ping=True)
+    if engine.dialect.name not in ("postgresql", "sqlite"):
+        engine.dispose()
+        raise ConfigError(
+            f"the scheduler's job store must be PostgreSQL or SQLite, not {engine.dialect.name}",
+            setting="PREWARM_DATABASE_URL",
+        )
+    return engine

@@ -167,7 +167,8 @@ def test_restart_keeps_active_hints_and_does_not_hand_out_waiting_orders_twice(
     settings = settings_for_stack(kafka_bootstrap, unique, tmp_path)
     cat = catalog(spec("chat", GB))
     with Runtime(settings, cat, one_node(), config=INSTANT) as first:
-        _, [order] = first.core.add_hint(Hint(model="chat", source="web", eta_s=60.0))
+        # The hint API's path: the hint is stored before it is planned.
+        _, [order] = first.accept_hint(Hint(model="chat", source="web", eta_s=60.0))
     with Runtime(settings, cat, one_node(), config=INSTANT) as second:
         assert [h.model for h in second.core.hints()] == ["chat"]
         assert [o["id"] for o in second.core.plan_view()["upcoming"]] == [order.id]
