@@ -14,6 +14,11 @@ How exactly-once holds:
    normally costs nothing; when that fails the batch is discarded and re-read by the new owner.
 
 Dead letters are flushed (``acks=all``) before the batch commits, so none is lost.
+
+Late events are counted into their own minute as part of the batch (``_window.py`` says how late is
+late), so a late minute is written in the same transaction as the offset that reads past it: a kill
+can neither lose a late correction nor apply it twice. Events beyond ``max_lateness_s`` are counted as
+too late (counter and metric), never dead-lettered: they are well formed.
 """
 
 from __future__ import annotations
@@ -68,7 +73,8 @@ class IngestSummary:
 
     records: int = 0
     events: int = 0
-    late_dropped: int = 0
+    late_counted: int = 0  # of ``events``: more than ``lateness_s`` behind the partition's watermark
+    too_late: int = 0  # more than ``max_lateness_s`` behind: counted as too late, not stored
     dead_lettered: Counter[str] = field(default_factory=Counter)
     batches: int = 0
     conflicts: int = 0
@@ -86,8 +92,9 @@ def count_records(
 ) -> int | None:
     """Count one partition's records (in offset order) into ``agg``; returns the new watermark.
 
-    Every record is either counted, dropped as late (``agg.late``) or handed to ``dead(record, reason,
-    detail)``; nothing a record holds can raise out of here.
+    Every record is either counted (late ones too, ``agg.late`` of them), counted as too late
+    (``agg.too_late``) or handed to ``dead(record, reason, detail)``; nothing a record holds can raise
+    out of here.
     """
     add = agg.add_fields
     future = Verdict.FUTURE
@@ -147,7 +154,7 @@ class IngestConsumer:
         self.group = group or ingest.consumer_group
         self.settings = ingest
         self.clock = clock
-        self.policy = WindowPolicy(ingest.lateness_s, ingest.future_tolerance_s)
+        self.policy = WindowPolicy(ingest.lateness_s, ingest.future_tolerance_s, ingest.max_lateness_s)
         self._parts: dict[TopicPartition, _Partition] = {}
         self._agg = MinuteAggregator(self.policy)
         self._dead: Counter[str] = Counter()
@@ -261,7 +268,10 @@ class IngestConsumer:
             if p.position is not None
         ]
         counters: Counter[str] = Counter(
-            records=self._records, events=self._agg.counted, late_dropped=self._agg.late
+            records=self._records,
+            events=self._agg.counted,
+            late_counted=self._agg.late,
+            too_late=self._agg.too_late,
         )
         for reason, n in self._dead.items():
             counters[f"{DEAD_LETTERED}{reason}"] = n
@@ -283,7 +293,8 @@ class IngestConsumer:
         s = self.summary
         s.records += self._records
         s.events += self._agg.counted
-        s.late_dropped += self._agg.late
+        s.late_counted += self._agg.late
+        s.too_late += self._agg.too_late
         s.dead_lettered.update(self._dead)
         s.batches += 1
         s.last_commit_at = time.monotonic()

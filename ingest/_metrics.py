@@ -1,8 +1,11 @@
 """Prometheus metrics of the ingest consumer (incremented only after a batch has committed).
 
-prewarm_ingest_records_total                 records read and committed (good, late and dead)
-prewarm_ingest_events_total                  events counted into the store
-prewarm_ingest_late_dropped_total            events older than the partition watermark - lateness
+prewarm_ingest_records_total                 records read and committed (good, too late and dead)
+prewarm_ingest_events_total                  events counted into the store (on time and late)
+prewarm_ingest_late_counted_total            of those, events more than lateness_s behind the watermark
+prewarm_ingest_too_late_total                events more than max_lateness_s behind: not stored
+prewarm_ingest_lateness_seconds{outcome}     how far behind the watermark each late event was
+                                             (outcome: counted | too_late)
 prewarm_ingest_dead_letters_total{reason}    events sent to the dead-letter topic
 prewarm_ingest_offset_conflicts_total        batches rolled back because another consumer moved on
 prewarm_ingest_commit_seconds                time to flush dead letters and commit one batch
@@ -20,12 +23,38 @@ from ._window import MinuteAggregator
 
 __all__ = ["METRICS"]
 
+# From the default on-time slack (10 min) to a spooling agent's backlog of days; the one-day bucket is
+# the default bound, so what lies above it is what was refused.
+_HOUR = 3600
+_LATENESS_BUCKETS_S = (
+    60,
+    300,
+    600,
+    1800,
+    _HOUR,
+    3 * _HOUR,
+    6 * _HOUR,
+    12 * _HOUR,
+    24 * _HOUR,
+    48 * _HOUR,
+    168 * _HOUR,
+)
+
 
 class _IngestMetrics:
     def __init__(self) -> None:
         self.records = counter("prewarm_ingest_records_total", "Records read and committed.")
         self.events = counter("prewarm_ingest_events_total", "Events counted into the demand store.")
-        self.late = counter("prewarm_ingest_late_dropped_total", "Late events dropped.")
+        self.late = counter("prewarm_ingest_late_counted_total", "Late events counted into their own minute.")
+        self.too_late = counter(
+            "prewarm_ingest_too_late_total", "Events later than max_lateness_s, counted but not stored."
+        )
+        self.lateness = histogram(
+            "prewarm_ingest_lateness_seconds",
+            "How far behind its partition's watermark a late event was.",
+            ["outcome"],
+            buckets=_LATENESS_BUCKETS_S,
+        )
         self.dead = counter("prewarm_ingest_dead_letters_total", "Events dead-lettered.", ["reason"])
         self.conflicts = counter("prewarm_ingest_offset_conflicts_total", "Batches rolled back on conflict.")
         self.commit = histogram(
@@ -41,9 +70,15 @@ class _IngestMetrics:
         )
 
     def committed(self, agg: MinuteAggregator, dead: Mapping[str, int], seconds: float) -> None:
-        self.records.inc(agg.counted + agg.late + sum(dead.values()))
+        self.records.inc(agg.counted + agg.too_late + sum(dead.values()))
         self.events.inc(agg.counted)
         self.late.inc(agg.late)
+        self.too_late.inc(agg.too_late)
+        for outcome, behind in (("counted", agg.late_behind_s), ("too_late", agg.too_late_behind_s)):
+            if behind:
+                observe = self.lateness.labels(outcome=outcome).observe
+                for seconds_behind in behind:
+                    observe(seconds_behind)
         for reason, n in dead.items():
             self.dead.labels(reason=reason).inc(n)
         self.commit.observe(seconds)

@@ -2,6 +2,10 @@
 
 The counts and offsets come from the demand store alone; only the lag needs the broker's log-end
 offsets. Without a broker the report still has everything else and says why the lag is unknown.
+
+``late_counted`` events are part of ``events`` (stored in their own minute, late); ``too_late`` ones
+were not stored. A store written before late events were counted holds ``late_dropped``: those events
+were refused the same way, so they are reported as too late.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from ingest._store import DemandStore, StoredOffset
 from prewarm import BrokerError, KafkaSettings
 
 __all__ = ["IngestStats", "consumer_lag", "ingest_stats"]
+
+# The counter of events refused as late by consumers that dropped everything past ``lateness_s``.
+_DROPPED_BEFORE = "late_dropped"
 
 
 def consumer_lag(committed: Mapping[int, StoredOffset], ends: Mapping[int, int]) -> dict[int, int]:
@@ -39,7 +46,8 @@ class IngestStats:
     topic: str
     records: int
     events: int
-    late_dropped: int
+    late_counted: int
+    too_late: int
     dead_lettered: dict[str, int]
     committed_offsets: dict[int, int]
     lag: dict[int, int | None]
@@ -52,7 +60,8 @@ class IngestStats:
             "topic": self.topic,
             "records": self.records,
             "events": self.events,
-            "late_dropped": self.late_dropped,
+            "late_counted": self.late_counted,
+            "too_late": self.too_late,
             "dead_lettered": dict(self.dead_lettered),
             "committed_offsets": {str(p): o for p, o in self.committed_offsets.items()},
             "lag": {str(p): n for p, n in self.lag.items()},
@@ -82,7 +91,8 @@ def ingest_stats(
         topic=topic,
         records=counters.get("records", 0),
         events=counters.get("events", 0),
-        late_dropped=counters.get("late_dropped", 0),
+        late_counted=counters.get("late_counted", 0),
+        too_late=counters.get("too_late", 0) + counters.get(_DROPPED_BEFORE, 0),
         dead_lettered={
             name.removeprefix(DEAD_LETTERED): value
             for name, value in sorted(counters.items())

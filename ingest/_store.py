@@ -5,12 +5,16 @@ Tables (created on first use, all in the URL's default schema):
 - ``demand_minute``: (model, minute) → requests, cold_starts, wait_ms (summed wait of the minute)
 - ``demand_model``: model → first and last event time seen (epoch ms)
 - ``ingest_offset``: (group, topic, partition) → next offset to read, and the partition's watermark
-- ``ingest_counter``: (group, name) → value: events counted, late events dropped, dead letters by reason
+- ``ingest_counter``: (group, name) → value: records, events counted, late events counted
+  (``late_counted``, part of ``events``), events too late to store (``too_late``), dead letters by reason
 
 The consumer writes one batch in one transaction: counts, counters *and* offsets. The offset update is
 a compare-and-set on the offset it read when it was assigned the partition, so a consumer that lost its
 partition without noticing (a zombie) can never commit over the new owner: its transaction fails with
 ``OffsetConflict`` and is rolled back whole. That is what makes the counts exactly-once.
+
+Any minute can be added to at any time, however old: a late event's minute is one more upserted row of
+the same transaction, so late corrections are exactly-once too.
 
 Readers (forecaster, scheduler) use ``series``, ``bulk``, ``models_seen`` and ``last_request``.
 """

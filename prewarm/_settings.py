@@ -206,7 +206,18 @@ class ExecutorSettings(_Section):
 class IngestSettings(_Section):
     section = "ingest"
     consumer_group: str = "prewarm-ingest"
-    lateness_s: float = Field(default=600.0, ge=0, description="late events older than this are dropped")
+    lateness_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="events this far behind their partition's newest event are on time; "
+        "older ones are counted as late corrections of their minute",
+    )
+    max_lateness_s: float = Field(
+        default=86_400.0,
+        ge=0,
+        description="late events up to this far behind are counted into their minute; "
+        "older ones are counted as too late and not stored (never dead-lettered)",
+    )
     future_tolerance_s: float = Field(default=300.0, ge=0, description="events further ahead are dead")
     batch_max_events: int = Field(default=20_000, ge=1)
     batch_max_s: float = Field(default=1.0, gt=0)

@@ -67,7 +67,8 @@ def run(
         extra={
             "records": summary.records,
             "events": summary.events,
-            "late_dropped": summary.late_dropped,
+            "late_counted": summary.late_counted,
+            "too_late": summary.too_late,
             "dead_lettered": dict(summary.dead_lettered),
             "batches": summary.batches,
             "conflicts": summary.conflicts,
@@ -129,7 +130,10 @@ def stats(
         write_json(report.to_json(), None)
         return
     typer.echo(f"group {report.group} on {report.topic}")
-    typer.echo(f"  records {report.records}  events {report.events}  late {report.late_dropped}")
+    typer.echo(
+        f"  records {report.records}  events {report.events}"
+        f"  (late {report.late_counted})  too late {report.too_late}"
+    )
     for reason, n in report.dead_lettered.items():
         typer.echo(f"  dead-lettered {reason}: {n}")
     for part, value in report.lag.items():

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -15,9 +17,9 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from wait_helpers import wait_for
 
-from ingest import DeadLetter, DemandStore, RequestLogProducer, decode_dead_letter, encode_event
+from ingest import DeadLetter, DemandStore, RequestLogProducer, decode_dead_letter, encode_event, minute_of
 from ingest._kafka import create_topic
-from prewarm import IngestSettings, KafkaSettings
+from prewarm import IngestSettings, KafkaSettings, parse_request_event
 
 REPO = Path(__file__).resolve().parents[2]
 NOW_MS = int(time.time() * 1000)
@@ -89,6 +91,9 @@ def cli_env(kafka: KafkaSettings, ingest: IngestSettings, store_url: str) -> dic
         PREWARM_CONSUMER_GROUP=ingest.consumer_group,
         PREWARM_BATCH_MAX_EVENTS=str(ingest.batch_max_events),
         PREWARM_BATCH_MAX_S=str(ingest.batch_max_s),
+        PREWARM_INGEST_MAX_POLL_RECORDS=str(ingest.ingest_max_poll_records),
+        PREWARM_LATENESS_S=str(ingest.lateness_s),
+        PREWARM_MAX_LATENESS_S=str(ingest.max_lateness_s),
         PREWARM_DATABASE_URL=store_url,
         PREWARM_INGEST_SESSION_TIMEOUT_S=str(ingest.ingest_session_timeout_s),
         PREWARM_LOG_LEVEL="INFO",
@@ -126,3 +131,92 @@ def good_events(
 def stored(store: DemandStore) -> Counter[tuple[str, int]]:
     """What the store holds, in the shape of ``good_events``' truth."""
     return Counter({(m, minute): req for m, minute, req, _, _ in store.minutes()})
+
+
+# ---------------------------------------------------------------- live streams and consumer processes
+
+
+class PacedProducer(threading.Thread):
+    """Produces ``values`` in ``chunks`` spread over ``seconds``, so consumers see a live stream."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        values: Sequence[tuple[bytes | None, bytes]],
+        seconds: float,
+        chunks: int = 30,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.kafka, self.values, self.seconds, self.chunks = kafka, values, seconds, chunks
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            size = max(len(self.values) // self.chunks, 1)
+            with RequestLogProducer(
+                self.kafka.kafka_bootstrap, self.kafka.topic_requests, max_block_s=120, kafka=self.kafka
+            ) as producer:
+                for i in range(0, len(self.values), size):
+                    for key, value in self.values[i : i + size]:
+                        producer.send_raw(value, key)
+                    time.sleep(self.seconds / self.chunks)  # elapsed time on purpose: a paced stream
+        except BaseException as exc:
+            self.error = exc
+
+    def finish(self) -> None:
+        self.join(timeout=180)
+        assert not self.is_alive(), "producer did not finish"
+        assert self.error is None, f"producer failed: {self.error!r}"
+
+
+def truth_from_log(kafka: KafkaSettings, expected: int) -> Counter[tuple[str, int]]:
+    truth: Counter[tuple[str, int]] = Counter()
+    records = read_all(kafka, kafka.topic_requests, expected)
+    for record in records:
+        event = parse_request_event(record.value)
+        truth[(event.model, minute_of(event.ts))] += 1
+    assert sum(truth.values()) >= expected
+    return truth
+
+
+def committed(store: DemandStore, group: str) -> int:
+    return store.counters(group).get("records", 0)
+
+
+def stop_gracefully(proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    assert proc.poll() is None, f"consumer died early with {proc.returncode}"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=timeout_s) == 0
+
+
+def sigkill_after_commits(
+    env: dict[str, str],
+    log: Path,
+    store: DemandStore,
+    group: str,
+    total: int,
+    kills: int,
+    rng: random.Random,
+) -> None:
+    """Start ``prewarm ingest run`` ``kills`` times; SIGKILL each at a random point after it committed."""
+    for _ in range(kills):
+        before = committed(store, group)
+        proc = spawn_consumer(env, log)
+        wait_for(
+            lambda b=before: committed(store, group) > b or committed(store, group) >= total,
+            90,
+            "the consumer to commit",
+        )
+        # Elapsed time on purpose: the kill lands at a random point of the consumer's work after a commit.
+        time.sleep(rng.uniform(0.0, 0.6))
+        proc.kill()  # SIGKILL: no flush, no goodbye to the group
+        proc.wait()
+
+
+def consume_to_the_end(env: dict[str, str], log: Path, store: DemandStore, group: str, total: int) -> None:
+    """One last consumer that runs until ``total`` records are committed, then stops gracefully."""
+    proc = spawn_consumer(env, log)
+    wait_for(lambda: "partitions assigned" in log.read_text(), 90, "the last consumer to join")
+    wait_for(lambda: committed(store, group) >= total, 180, "every record committed")
+    stop_gracefully(proc)

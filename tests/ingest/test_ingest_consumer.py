@@ -115,23 +115,46 @@ def test_malformed_event_goes_to_dead_letter_topic(
     assert counters["events"] == 270
 
 
-def test_late_events_within_lateness_are_added_and_older_ones_dropped(
+def test_late_events_are_counted_into_their_own_minute_and_only_beyond_the_bound_refused(
     store: DemandStore, kafka_settings: KafkaSettings, unique: str
 ) -> None:
     make_topic(kafka_settings, partitions=1)
     ingest = IngestSettings(
-        consumer_group=f"late-{unique}", lateness_s=300, batch_max_events=2, batch_max_s=0.2
+        consumer_group=f"late-{unique}",
+        lateness_s=300,
+        max_lateness_s=7200,
+        batch_max_events=2,
+        batch_max_s=0.2,
     )
-    base = NOW_MS - 3_600_000
+    base = NOW_MS - 4 * 3_600_000
+    newest = base + 3 * 3_600_000
     values = [
         (b"m", event(base, "m")),
-        (b"m", event(base + 1_200_000, "m")),  # the watermark moves 20 minutes on
-        (b"m", event(base + 1_200_000 - 299_000, "m")),  # 299 s late: counted
-        (b"m", event(base + 1_200_000 - 301_000, "m")),  # 301 s late: dropped
-        (b"m", event(base + 60_000, "m")),  # 19 minutes late: dropped
+        (b"m", event(newest, "m")),  # the watermark moves three hours on
+        (b"m", event(newest - 299_000, "m")),  # 299 s behind: on time
+        (b"m", event(newest - 301_000, "m")),  # 301 s behind: late, counted
+        (b"m", event(newest - 7_000_000, "m")),  # nearly two hours behind: late, counted
+        (b"m", event(newest - 7_300_000, "m")),  # beyond the bound: too late
+        (b"m", event(base + 60_000, "m")),  # three hours behind: too late
     ]
     produce(kafka_settings, values)
-    summary = consume(store, kafka_settings, ingest, len(values))
-    assert (summary.events, summary.late_dropped) == (3, 2)
-    assert store.totals() == {"m": 3}
-    assert store.counters(ingest.consumer_group)["late_dropped"] == 2
+    with (
+        metric_delta("prewarm_ingest_lateness_seconds_count", {"outcome": "counted"}) as late,
+        metric_delta("prewarm_ingest_lateness_seconds_count", {"outcome": "too_late"}) as refused,
+        metric_delta("prewarm_ingest_lateness_seconds_sum", {"outcome": "counted"}) as late_s,
+        metric_delta("prewarm_ingest_too_late_total") as too_late_total,
+        metric_delta("prewarm_ingest_dead_letters_total") as dead,
+    ):
+        summary = consume(store, kafka_settings, ingest, len(values))
+    assert (summary.events, summary.late_counted, summary.too_late) == (5, 2, 2)
+    assert summary.dead_lettered == Counter()
+    expected: Counter[tuple[str, int]] = Counter(
+        ("m", (ts // 60_000) * 60)
+        for ts in (base, newest, newest - 299_000, newest - 301_000, newest - 7_000_000)
+    )
+    assert stored(store) == expected
+    counters = store.counters(ingest.consumer_group)
+    assert (counters["late_counted"], counters["too_late"], counters["records"]) == (2, 2, 7)
+    assert "dead_lettered:future" not in counters
+    assert (late.delta, refused.delta, too_late_total.delta, dead.delta) == (2, 2, 2, 0)
+    assert late_s.delta == 301 + 7000

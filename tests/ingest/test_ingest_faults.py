@@ -11,86 +11,30 @@ import contextlib
 import os
 import random
 import re
-import signal
-import threading
 import time
-from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from ingest_helpers import (
+    PacedProducer,
     cli_env,
+    committed,
+    consume_to_the_end,
     good_events,
     make_topic,
-    read_all,
+    sigkill_after_commits,
     spawn_consumer,
+    stop_gracefully,
     stored,
+    truth_from_log,
 )
 from private_broker import PrivateBroker, kafka_lib_dir
 from wait_helpers import wait_for
 
-from ingest import DemandStore, RequestLogProducer, minute_of
-from prewarm import BrokerError, IngestSettings, KafkaSettings, parse_request_event
+from ingest import DemandStore, RequestLogProducer
+from prewarm import BrokerError, IngestSettings, KafkaSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]  # kafka: some tests run a private broker
-
-
-class PacedProducer(threading.Thread):
-    """Produces ``values`` in ``chunks`` spread over ``seconds``, so consumers see a live stream."""
-
-    def __init__(
-        self,
-        kafka: KafkaSettings,
-        values: Sequence[tuple[bytes | None, bytes]],
-        seconds: float,
-        chunks: int = 30,
-    ) -> None:
-        super().__init__(daemon=True)
-        self.kafka, self.values, self.seconds, self.chunks = kafka, values, seconds, chunks
-        self.error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            size = max(len(self.values) // self.chunks, 1)
-            with RequestLogProducer(
-                self.kafka.kafka_bootstrap, self.kafka.topic_requests, max_block_s=120, kafka=self.kafka
-            ) as producer:
-                for i in range(0, len(self.values), size):
-                    for key, value in self.values[i : i + size]:
-                        producer.send_raw(value, key)
-                    time.sleep(self.seconds / self.chunks)  # elapsed time on purpose: a paced stream
-        except BaseException as exc:
-            self.error = exc
-
-    def finish(self) -> None:
-        self.join(timeout=180)
-        assert not self.is_alive(), "producer did not finish"
-        assert self.error is None, f"producer failed: {self.error!r}"
-
-
-def truth_from_log(kafka: KafkaSettings, expected: int) -> Counter[tuple[str, int]]:
-    truth: Counter[tuple[str, int]] = Counter()
-    records = read_all(kafka, kafka.topic_requests, expected)
-    for record in records:
-        event = parse_request_event(record.value)
-        truth[(event.model, minute_of(event.ts))] += 1
-    assert sum(truth.values()) >= expected
-    return truth
-
-
-def committed(store: DemandStore, group: str) -> int:
-    return store.counters(group).get("records", 0)
-
-
-def stop_gracefully(proc: object, timeout_s: float = 60.0) -> None:
-    import subprocess
-
-    assert isinstance(proc, subprocess.Popen)
-    assert proc.poll() is None, f"consumer died early with {proc.returncode}"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=timeout_s) == 0
 
 
 def settings_for(unique: str, name: str) -> IngestSettings:
@@ -110,24 +54,9 @@ def test_consumer_killed_with_sigkill_at_random_points_restarts_to_exact_counts(
     log = tmp_path / "consumer.log"
     rng = random.Random(int.from_bytes(os.urandom(4), "big"))
     producer = PacedProducer(kafka_settings, events, seconds=25)
-    for _ in range(3):
-        before = committed(store, group)
-        proc = spawn_consumer(env, log)
-        wait_for(
-            lambda b=before: committed(store, group) > b or committed(store, group) >= len(events),
-            90,
-            "the consumer to commit",
-        )
-        # Elapsed time on purpose: the kill lands at a random point of the consumer's work after a commit.
-        time.sleep(rng.uniform(0.0, 0.6))
-        proc.kill()  # SIGKILL: no flush, no goodbye to the group
-        proc.wait()
+    sigkill_after_commits(env, log, store, group, len(events), kills=3, rng=rng)
     producer.finish()
-    final_log = tmp_path / "final.log"
-    proc = spawn_consumer(env, final_log)
-    wait_for(lambda: "partitions assigned" in final_log.read_text(), 90, "the last consumer to join")
-    wait_for(lambda: committed(store, group) >= len(events), 120, "every event committed")
-    stop_gracefully(proc)
+    consume_to_the_end(env, tmp_path / "final.log", store, group, len(events))
 
     assert committed(store, group) == len(events)
     assert stored(store) == truth_from_log(kafka_settings, len(events))

@@ -33,10 +33,10 @@ values = st.one_of(
 @given(st.lists(values, max_size=40))
 def test_no_record_can_stop_the_consumer(raw: list[bytes | None]) -> None:
     records = [Record("t", 0, i, None, v, []) for i, v in enumerate(raw)]
-    agg = MinuteAggregator(WindowPolicy(lateness_s=60, future_tolerance_s=300))
+    agg = MinuteAggregator(WindowPolicy(lateness_s=60, future_tolerance_s=300, max_lateness_s=600))
     dead: list[tuple[Any, str]] = []
     count_records(records, agg, None, NOW, lambda record, reason, detail: dead.append((record, reason)))
-    assert agg.counted + agg.late + len(dead) == len(records)
+    assert agg.counted + agg.too_late + len(dead) == len(records)
     assert all(reason for _, reason in dead)
     assert sum(c.requests for c in agg.cells.values()) == agg.counted
 
@@ -49,6 +49,18 @@ def test_dead_letters_carry_the_schema_reason() -> None:
     count_records(records, agg, None, NOW, lambda _r, reason, _d: reasons.append(reason))
     assert reasons == ["no_value", "not_json", "future"]
     assert agg.counted == 1
+
+
+def test_a_too_late_event_is_counted_as_too_late_and_never_dead_lettered() -> None:
+    newest = 1_700_000_000_000
+    raw = [b'{"v":1,"ts":%d,"model":"m"}' % ts for ts in (newest, newest - 7_200_000, newest - 1_800_000)]
+    records = [Record("t", 0, i, None, v, []) for i, v in enumerate(raw)]
+    agg = MinuteAggregator(WindowPolicy(lateness_s=600, max_lateness_s=3600))
+    dead: list[str] = []
+    watermark = count_records(records, agg, None, NOW, lambda _r, reason, _d: dead.append(reason))
+    assert dead == []
+    assert (agg.counted, agg.late, agg.too_late) == (2, 1, 1)
+    assert watermark == newest
 
 
 class FakeProducer:

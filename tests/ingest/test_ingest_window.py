@@ -38,14 +38,46 @@ def test_cold_starts_and_wait_are_summed_per_model_minute() -> None:
     assert agg.last_seen_ms == {"m": 62_000, "other": 62_500}
 
 
-def test_event_within_lateness_is_counted_older_is_dropped() -> None:
-    policy = WindowPolicy(lateness_s=600, future_tolerance_s=300)
-    newest = 10_000_000
-    events = [ev(newest), ev(newest - 599_000), ev(newest - 601_000)]
+def test_late_event_is_counted_into_its_own_minute_and_reported_late() -> None:
+    policy = WindowPolicy(lateness_s=600, future_tolerance_s=300, max_lateness_s=86_400)
+    newest = 100_000_000
+    hour_late = newest - 3_600_000
+    events = [ev(newest), ev(newest - 599_000), ev(newest - 601_000), ev(hour_late)]
     agg, watermark = aggregate(events, now=NOW, policy=policy)
-    assert agg.counted == 2
-    assert agg.late == 1
-    assert watermark == newest
+    assert agg.counted == 4
+    assert agg.late == 2  # 601 s and an hour behind; 599 s is ordinary reordering
+    assert agg.too_late == 0
+    assert agg.cells[("m", minute_of(hour_late))].requests == 1
+    assert sorted(agg.late_behind_s) == [601.0, 3600.0]
+    assert watermark == newest  # a late event never moves the watermark back
+
+
+def test_event_later_than_the_bound_is_counted_as_too_late_not_stored() -> None:
+    policy = WindowPolicy(lateness_s=600, future_tolerance_s=300, max_lateness_s=3600)
+    agg = MinuteAggregator(policy)
+    newest = 100_000_000
+    _, watermark = agg.add(ev(newest), None, NOW)
+    verdicts = [agg.add(ev(newest - behind_ms), watermark, NOW)[0] for behind_ms in (3_600_000, 3_600_001)]
+    assert verdicts == [Verdict.LATE, Verdict.TOO_LATE]
+    assert (agg.counted, agg.late, agg.too_late) == (2, 1, 1)
+    assert agg.too_late_behind_s == [3600.001]
+    assert sum(c.requests for c in agg.cells.values()) == 2
+
+
+def test_default_policy_counts_a_day_late_event() -> None:
+    newest = 200_000_000
+    agg, _ = aggregate([ev(newest), ev(newest - 86_400_000)], now=NOW)
+    assert (agg.counted, agg.late, agg.too_late) == (2, 1, 0)
+    agg, _ = aggregate([ev(newest), ev(newest - 86_400_001)], now=NOW)
+    assert (agg.counted, agg.too_late) == (1, 1)
+
+
+def test_an_on_time_slack_wider_than_the_bound_is_never_refused() -> None:
+    """``lateness_s`` set the old way (drop past it) keeps counting everything within it."""
+    policy = WindowPolicy(lateness_s=7200, future_tolerance_s=0, max_lateness_s=3600)
+    newest = 100_000_000
+    agg, _ = aggregate([ev(newest), ev(newest - 7_000_000), ev(newest - 7_300_000)], now=NOW, policy=policy)
+    assert (agg.counted, agg.late, agg.too_late) == (2, 0, 1)
 
 
 def test_event_too_far_in_the_future_is_not_counted_and_does_not_move_the_watermark() -> None:
@@ -75,7 +107,7 @@ timestamps = st.lists(st.integers(min_value=0, max_value=3_600_000), min_size=0,
 @given(timestamps, st.integers(min_value=0, max_value=200))
 def test_splitting_a_partition_into_batches_never_changes_the_counts(ts: list[int], cut: int) -> None:
     """The consumer commits a partition batch by batch, carrying the watermark: same result as one go."""
-    policy = WindowPolicy(lateness_s=120, future_tolerance_s=0)
+    policy = WindowPolicy(lateness_s=120, future_tolerance_s=0, max_lateness_s=900)
     events = [ev(t, model=f"m{t % 3}") for t in ts]
     now = 3_600.0
     whole, wm_whole = aggregate(events, now=now, policy=policy)
@@ -95,11 +127,25 @@ def test_splitting_a_partition_into_batches_never_changes_the_counts(ts: list[in
         }
     )
     assert (first.counted + second.counted, first.late + second.late) == (whole.counted, whole.late)
+    assert first.too_late + second.too_late == whole.too_late
 
 
 @settings(max_examples=60, deadline=None)
 @given(timestamps)
-def test_every_event_is_counted_or_late_exactly_once(ts: list[int]) -> None:
-    agg, _ = aggregate([ev(t) for t in ts], now=3_600.0, policy=WindowPolicy(60, 0))
-    assert agg.counted + agg.late == len(ts)
+def test_every_event_is_counted_or_too_late_exactly_once(ts: list[int]) -> None:
+    agg, _ = aggregate([ev(t) for t in ts], now=3_600.0, policy=WindowPolicy(60, 0, 600))
+    assert agg.counted + agg.too_late == len(ts)
     assert sum(c.requests for c in agg.cells.values()) == agg.counted
+    assert len(agg.late_behind_s) == agg.late <= agg.counted
+    assert len(agg.too_late_behind_s) == agg.too_late
+    assert all(60 < s <= 600 for s in agg.late_behind_s)
+    assert all(s > 600 for s in agg.too_late_behind_s)
+
+
+@settings(max_examples=60, deadline=None)
+@given(timestamps)
+def test_with_a_bound_above_the_span_no_event_is_lost(ts: list[int]) -> None:
+    """Timestamps over an hour in any order, a bound of a day: every event in its own minute."""
+    agg, _ = aggregate([ev(t) for t in ts], now=3_600.0, policy=WindowPolicy(60, 0, 86_400))
+    assert agg.too_late == 0
+    assert {k[1]: c.requests for k, c in agg.cells.items()} == Counter(minute_of(t) for t in ts)
