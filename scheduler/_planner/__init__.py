@@ -26,9 +26,14 @@ rule: a prefetched copy that served no request within ``misprediction_window_s``
 demand was predicted is demoted one tier down and counted, once; the planner is its one owner (the
 executor keeps no timer of its own unless told to), and a model so demoted is not fetched again within
 ``cooldown_s``. And the price of memory, where one is set: a copy is released one tier down when
-P(a request before the next decision) × what it saves is worth less than ``memory_price`` × GB ×
-minutes, so that the cheap models are held and the expensive ones released (the default price is 0:
-memory in prewarm's budget is paid for either way).
+the chance per second of a request (the forecast's hazard) × what it saves is worth less than
+``memory_price`` × GB per second held, so that the cheap models are held and the expensive ones
+released (the default price is 0: memory in prewarm's budget is paid for either way).
+
+The priority weight is the model's, times, under ``objective="models"``, ``reference_daily_requests``
+over the model's daily use: every model's cold-start rate then counts the same (the serverless
+comparison's measure), and for a memoryless model the rate cancels out of the release rule, leaving its
+size to decide.
 
 Hysteresis keeps the plan from thrashing: a resident is only demoted to make room when it is worth less
 than the newcomer (which also pays ``miss``, a resident does not) and was neither loaded nor used within
