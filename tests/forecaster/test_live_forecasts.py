@@ -215,3 +215,25 @@ def test_tail_bench_scores_live_forecasts_better_than_the_bundle_on_timers_and_d
     assert launch["live"]["10m"]["log_loss"] == pytest.approx(launch["runtime"]["10m"]["log_loss"], abs=0.05)
     assert data["calibration"]["live"]["10m"]["ece"] < 0.05
     assert data["speed"]["live_calls"] == 288
+
+
+def test_daily_use_is_the_models_rate_over_its_week_and_follows_a_deprecation(
+    bundle: ForecasterBundle,
+) -> None:
+    # What a cold start of the model is worth per model (the planner's objective="models") reads it.
+    poisson, gone = "poisson/6-per-hour", "deprecated/30-per-hour"
+    assert bundle.predict(CUT)[poisson].daily_requests == pytest.approx(POISSON_PER_H * 24, rel=0.25)
+    live = LiveForecasts(bundle)
+    now = CUT + 2 * 3600.0  # two silent hours where sixty requests were expected
+    assert live(CUT)[gone].daily_requests == pytest.approx(30.0 * 24, rel=0.25)
+    assert live(now)[gone].daily_requests < 0.2 * 30.0 * 24
+
+
+def test_a_model_unseen_in_training_is_used_daily_at_its_observed_rate(bundle: ForecasterBundle) -> None:
+    live = LiveForecasts(bundle)
+    now = CUT + 7200.0
+    for k in range(3):
+        live.observe("launched/after-training", now - 300.0 + 60.0 * k)
+    # The recent rate blends the last hour (3 in 60 minutes) with the last ten minutes (3 in 10).
+    per_minute = 0.5 * 3 / 60 + 0.5 * 3 / 10
+    assert live(now)["launched/after-training"].daily_requests == pytest.approx(per_minute * 1440, rel=0.05)
