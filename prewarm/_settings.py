@@ -247,7 +247,11 @@ class ForecastSettings(_Section):
     lead_minutes: int = Field(default=5, ge=0)
     window_minutes: int = Field(default=10, ge=1)
     history_days: int = Field(default=28, ge=1)
-    retrain_cron: str = Field(default="0 3 * * *", description="crontab: minute hour day month weekday")
+    retrain_cron: str = Field(
+        default="0 3 * * *",
+        description="crontab (minute hour day month weekday, UTC) of the scheduler's in-process retrain; "
+        "empty = none (a CronJob runs `prewarm forecast train` instead: never both)",
+    )
     mlflow_experiment: str = "prewarm-forecaster"
     registered_model: str = "prewarm-forecaster"
     mlflow_tracking_uri: str | None = Field(
