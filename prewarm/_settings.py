@@ -228,6 +228,9 @@ class IngestSettings(_Section):
     ingest_metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve Prometheus /metrics from `ingest run` on this port"
     )
+    ingest_metrics_host: str = Field(
+        default="127.0.0.1", description="address of that /metrics server (0.0.0.0 in a pod, to be scraped)"
+    )
     producer_compression: Literal["none", "gzip"] = Field(
         default="gzip", description="request-log producer compression (gzip: the codec without extras)"
     )

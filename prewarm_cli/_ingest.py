@@ -51,7 +51,8 @@ def run(
 
         from prewarm import REGISTRY
 
-        start_http_server(settings.ingest.ingest_metrics_port, addr="127.0.0.1", registry=REGISTRY)
+        ing = settings.ingest
+        start_http_server(ing.ingest_metrics_port, addr=ing.ingest_metrics_host, registry=REGISTRY)
     store = DemandStore(settings.database_url)
     try:
         consumer = IngestConsumer(store, settings.kafka, settings.ingest, topic=topic, group=group)
