@@ -26,6 +26,7 @@ __all__ = [
     "containers",
     "env_of",
     "kinds",
+    "lint",
     "need_helm",
     "one",
     "pod_spec",
@@ -61,6 +62,14 @@ def render(*args: str, values: Path | None = None) -> list[Obj]:
     if result.returncode != 0:
         raise RenderError(result.stderr.strip())
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def lint(values: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``helm lint --strict`` of the chart: its own checks (Chart.yaml, templates, values)."""
+    command = [str(need_helm()), "lint", "--strict", str(CHART)]
+    if values is not None:
+        command += ["--values", str(values)]
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
 
 
 def kinds(objects: list[Obj], kind: str) -> list[Obj]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import http.server
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -202,9 +203,9 @@ def health_server() -> Iterator[str]:
         server.server_close()
 
 
-def _check(url: str) -> subprocess.CompletedProcess[str]:
+def _check(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(DOCKER / "healthcheck.py")],
+        [sys.executable, str(DOCKER / "healthcheck.py"), *args],
         env={"HEALTHCHECK_URL": url, "HEALTHCHECK_TIMEOUT_S": "2"},
         capture_output=True,
         text=True,
@@ -223,9 +224,14 @@ def test_health_check_fails_on_an_unhealthy_answer_and_says_why(health_server: s
     assert "503" in result.stderr
 
 
-def test_health_check_fails_when_nothing_listens() -> None:
-    import socket
+def test_liveness_check_passes_on_any_answer_and_fails_on_none(health_server: str) -> None:
+    assert _check(f"{health_server}/down", "--alive").returncode == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        assert _check(f"http://127.0.0.1:{s.getsockname()[1]}/healthz", "--alive").returncode == 1
 
+
+def test_health_check_fails_when_nothing_listens() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: a connection is refused

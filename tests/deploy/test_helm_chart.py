@@ -19,6 +19,7 @@ from chart_render import (
     containers,
     env_of,
     kinds,
+    lint,
     one,
     pod_spec,
     render,
@@ -40,6 +41,12 @@ VALUES = {"default": None, "production": PRODUCTION}
 @cache
 def rendered(name: str) -> list[Obj]:
     return render(values=VALUES[name])
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_chart_passes_helm_lint_strictly(values: str) -> None:
+    result = lint(VALUES[values])
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def _built_in(obj: Obj) -> bool:
@@ -362,3 +369,24 @@ def test_every_top_level_value_is_documented_in_the_chart_readme() -> None:
     readme = (CHART / "README.md").read_text()
     for key in yaml.safe_load((CHART / "values.yaml").read_text()):
         assert f"`{key}" in readme, f"values key {key} is not in deploy/helm/prewarm/README.md"
+
+
+def test_executor_api_leaves_loopback_only_with_a_token() -> None:
+    # The executor refuses to serve its load API beyond loopback without a token: a chart that bound it
+    # to 0.0.0.0 with no token would install an executor that never starts.
+    def api_host(*args: str) -> str:
+        [container] = containers(one(render(*args), "DaemonSet", "executor"))
+        return str(env_of(container)["PREWARM_EXECUTOR_API_HOST"]["value"])
+
+    assert api_host() == "127.0.0.1"
+    assert api_host("--set=tokens.executorApiToken=t0ken") == "0.0.0.0"
+    assert api_host("--set=tokens.existingSecret=prewarm-tokens") == "0.0.0.0"
+
+
+def test_executor_probes_run_the_images_health_check_inside_the_container() -> None:
+    [container] = containers(one(rendered("default"), "DaemonSet", "executor"))
+    assert container["readinessProbe"]["exec"]["command"] == ["python", "/opt/prewarm/healthcheck.py"]
+    for probe in ("livenessProbe", "startupProbe"):
+        assert container[probe]["exec"]["command"][-1] == "--alive"
+    port = container["ports"][0]["containerPort"]
+    assert env_of(container)["HEALTHCHECK_URL"]["value"] == f"http://127.0.0.1:{port}/healthz"
