@@ -335,7 +335,8 @@ def test_services_select_their_pods_and_the_ingress_routes_only_the_api(values: 
     for ingress in kinds(objects, "Ingress"):
         for rule in ingress["spec"]["rules"]:
             for path in rule["http"]["paths"]:
-                assert path["path"].startswith("/v1"), "metrics and probes stay inside the cluster"
+                # The API and the status page; /metrics, /healthz and /readyz stay inside the cluster.
+                assert path["path"] in ("/v1", "/status"), path["path"]
                 backend = path["backend"]["service"]
                 assert backend["port"]["name"] in {
                     p["name"] for p in services[backend["name"]]["spec"]["ports"]
