@@ -49,7 +49,6 @@ ENV PATH=/opt/prewarm/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     PREWARM_DATA_DIR=/var/lib/prewarm \
     PREWARM_API_HOST=0.0.0.0 \
-    PREWARM_LOG_FORMAT=json \
     HEALTHCHECK_URL=http://127.0.0.1:8080/healthz
 WORKDIR /var/lib/prewarm
 USER ${PREWARM_UID}:${PREWARM_UID}

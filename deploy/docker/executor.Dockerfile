@@ -50,7 +50,6 @@ ENV PATH=/opt/prewarm/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     PREWARM_DATA_DIR=/var/lib/prewarm \
     PREWARM_DEVICE=cuda \
-    PREWARM_LOG_FORMAT=json \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     HEALTHCHECK_URL=http://127.0.0.1:8081/healthz
 WORKDIR /var/lib/prewarm

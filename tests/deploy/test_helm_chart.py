@@ -206,6 +206,29 @@ def test_a_retrain_schedule_set_as_a_plain_setting_is_refused() -> None:
         render("--set=scheduler.settings.retrain_cron=0 4 * * *")
 
 
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [
+        ("executor.settings.socket_dir=/tmp/x", "executor.handoff.hostPath"),
+        ("settings.api_port=9000", "scheduler.port"),
+        ("ingest.settings.database_url=sqlite:////tmp/x.db", "credentials.databaseUrl"),
+        ("scheduler.settings.read_tokens=a:b", "tokens.readTokens"),
+    ],
+)
+def test_a_setting_the_chart_sets_itself_is_refused_in_a_settings_map(where: str, why: str) -> None:
+    # Given twice, one would silently lose: the environment beats the config file.
+    with pytest.raises(RenderError, match=re.escape(f"is set by the chart: use {why}")):
+        render(f"--set={where}")
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_no_container_sets_one_variable_twice(values: str) -> None:
+    for workload in workloads(rendered(values)):
+        for container in [*containers(workload), *containers(workload, init=True)]:
+            names = [e["name"] for e in container.get("env", [])]
+            assert len(names) == len(set(names)), f"{container['name']}: {names}"
+
+
 def test_ingest_replicas_are_bounded_by_the_request_log_partitions() -> None:
     ingest = one(render("--set=ingest.replicas=12"), "Deployment", "ingest")
     assert ingest["spec"]["replicas"] == 12

@@ -174,7 +174,15 @@ capabilities:
 {{- if not (has .Values.executor.gpu.mode (list "shared" "request")) -}}
 {{- fail (printf "executor.gpu.mode must be shared or request, not %q" .Values.executor.gpu.mode) -}}
 {{- end -}}
-{{- if hasKey .Values.settings "retrain_cron" -}}
-{{- fail "set retrain.schedule, not settings.retrain_cron: the chart decides whether the scheduler or the CronJob retrains" -}}
+{{- /* Settings the chart sets itself, and the value that sets each: given again in a settings map, one
+would silently lose to the other (environment beats the file; a second variable of one name, the first). */ -}}
+{{- $managed := dict "retrain_cron" "retrain.schedule (the chart decides whether the scheduler or the CronJob retrains)" "api_port" "scheduler.port" "api_host" "the chart (0.0.0.0)" "replica_id" "the chart (the pod name)" "catalog" "catalog" "cluster" "cluster" "node_name" "the chart (the Kubernetes node name)" "cache_dir" "executor.l2.hostPath" "socket_dir" "executor.handoff.hostPath" "executor_api_host" "tokens.executorApiToken (the API leaves loopback with a token)" "executor_api_port" "executor.port" "ingest_metrics_host" "the chart (0.0.0.0)" "ingest_metrics_port" "ingest.metricsPort" "database_url" "credentials.databaseUrl" "hint_tokens" "tokens.hintTokens" "publishable_tokens" "tokens.publishableTokens" "read_tokens" "tokens.readTokens" "executor_api_token" "tokens.executorApiToken" -}}
+{{- $maps := dict "settings" .Values.settings "scheduler.settings" .Values.scheduler.settings "ingest.settings" .Values.ingest.settings "retrain.cronJob.settings" .Values.retrain.cronJob.settings "executor.settings" .Values.executor.settings -}}
+{{- range $where, $map := $maps -}}
+{{- range $key, $by := $managed -}}
+{{- if hasKey $map $key -}}
+{{- fail (printf "%s.%s is set by the chart: use %s" $where $key $by) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
