@@ -118,6 +118,7 @@ def _known_settings() -> set[str]:
 
 
 @pytest.mark.parametrize("values", VALUES)
+@pytest.mark.usefixtures("clean_env")
 def test_every_prewarm_setting_the_chart_passes_is_known_and_valid(values: str, tmp_path: Path) -> None:
     # prewarm refuses a PREWARM_ name it does not know at start-up: a typo in the chart is a pod that
     # never starts. Load each container's settings the way its process will.
@@ -380,6 +381,7 @@ def test_every_workload_is_covered_by_a_network_policy_and_a_budget_where_it_sca
             assert [b for b in budgets if b["spec"]["selector"]["matchLabels"].items() <= labels.items()]
 
 
+@pytest.mark.usefixtures("clean_env")
 def test_production_values_replicate_every_topic_across_three_brokers() -> None:
     values = yaml.safe_load(PRODUCTION.read_text())
     settings = load_settings(overrides={k: str(v) for k, v in values["settings"].items()})
