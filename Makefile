@@ -6,8 +6,11 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# Helm is a Go module: `make tools` builds it into .tools/bin (git-ignored) from the Go module proxy.
+HELM_VERSION := v3.22.0
+HELM := .tools/bin/helm
 
-.PHONY: help env demo test stack-up stack-down stack-status lint
+.PHONY: help env tools demo test stack-up stack-down stack-status lint
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -18,7 +21,16 @@ env: ## create or update .venv from uv.lock (fast when already up to date)
 demo: env ## run `prewarm demo` on embedded defaults (no services needed)
 	@$(VENV)/bin/prewarm demo
 
-test: env ## start the local stack, run every test, stop the stack again if this run started it
+tools: ## install .tools/bin/helm (for the chart's tests); fast when the right version is there
+	@# The module version recorded in the binary (`helm version` says only v3.NN without release ldflags).
+	@if [[ -x $(HELM) ]] && go version -m $(HELM) 2>/dev/null | grep -qE "^\s+mod\s+helm.sh/helm/v3\s+$(HELM_VERSION)\s"; then \
+	  :; \
+	else \
+	  echo "tools: building helm $(HELM_VERSION) into .tools/bin" >&2; \
+	  mkdir -p .tools/bin && GOBIN=$$PWD/.tools/bin go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); \
+	fi
+
+test: env tools ## start the local stack, run every test, stop the stack again if this run started it
 	@bash deploy/local/with-stack.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 stack-up: env ## start Kafka, the S3 server, PostgreSQL and MLflow on 127.0.0.1; writes .stack/env

@@ -228,6 +228,9 @@ class IngestSettings(_Section):
     ingest_metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve Prometheus /metrics from `ingest run` on this port"
     )
+    ingest_metrics_host: str = Field(
+        default="127.0.0.1", description="address of that /metrics server (0.0.0.0 in a pod, to be scraped)"
+    )
     producer_compression: Literal["none", "gzip"] = Field(
         default="gzip", description="request-log producer compression (gzip: the codec without extras)"
     )
@@ -247,7 +250,11 @@ class ForecastSettings(_Section):
     lead_minutes: int = Field(default=5, ge=0)
     window_minutes: int = Field(default=10, ge=1)
     history_days: int = Field(default=28, ge=1)
-    retrain_cron: str = Field(default="0 3 * * *", description="crontab: minute hour day month weekday")
+    retrain_cron: str = Field(
+        default="0 3 * * *",
+        description="crontab (minute hour day month weekday, UTC) of the scheduler's in-process retrain; "
+        "empty = none (a CronJob runs `prewarm forecast train` instead: never both)",
+    )
     mlflow_experiment: str = "prewarm-forecaster"
     registered_model: str = "prewarm-forecaster"
     mlflow_tracking_uri: str | None = Field(

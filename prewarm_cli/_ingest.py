@@ -46,12 +46,13 @@ def run(
     from ingest import DemandStore, IngestConsumer
 
     settings = settings_of(ctx)
-    if settings.ingest.ingest_metrics_port is not None:
+    metrics_port = settings.ingest.ingest_metrics_port
+    if metrics_port is not None:
         from prometheus_client import start_http_server
 
         from prewarm import REGISTRY
 
-        start_http_server(settings.ingest.ingest_metrics_port, addr="127.0.0.1", registry=REGISTRY)
+        start_http_server(metrics_port, addr=settings.ingest.ingest_metrics_host, registry=REGISTRY)
     store = DemandStore(settings.database_url)
     try:
         consumer = IngestConsumer(store, settings.kafka, settings.ingest, topic=topic, group=group)

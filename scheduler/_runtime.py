@@ -147,12 +147,15 @@ def default_cluster(settings: Settings) -> Cluster:
     )
 
 
-def retrain_trigger(settings: Settings) -> CronTrigger:
-    """When the daily retrain is due: ``retrain_cron`` (a crontab line, UTC) as an APScheduler trigger.
+def retrain_trigger(settings: Settings) -> CronTrigger | None:
+    """When the daily retrain is due: ``retrain_cron`` (a crontab line, UTC) as an APScheduler trigger,
+    or None when it is empty: the retrain then runs elsewhere (the chart's CronJob), never in here too.
 
     ``ConfigError`` if the expression is not a valid crontab line, so a bad setting stops the start-up
     instead of a job that never runs.
     """
+    if not settings.forecast.retrain_cron.strip():
+        return None
     try:
         return CronTrigger.from_crontab(settings.forecast.retrain_cron, timezone="UTC")
     except ValueError as exc:
@@ -368,7 +371,12 @@ class Runtime:
             next_run_time=datetime.now(UTC),
         )
         trigger = retrain_trigger(self.settings)
-        self._scheduler.add_job(retrain_job, trigger, id=_RETRAIN_JOB, replace_existing=True)
+        if trigger is not None:
+            self._scheduler.add_job(retrain_job, trigger, id=_RETRAIN_JOB, replace_existing=True)
+        elif self._scheduler.get_job(_RETRAIN_JOB) is not None:
+            # The job store is persistent: a start that had a schedule left its job there, and it would
+            # still fire next to the CronJob that now owns retraining.
+            self._scheduler.remove_job(_RETRAIN_JOB)
         log.info("active: planning and publishing", extra={"replica": self.replica})
 
     def _stand_by(self) -> None:
@@ -528,6 +536,15 @@ class Runtime:
             )
             if self._served[0] is None:
                 self._champion_asked_at = -math.inf  # load the champion that won at the next tick
+
+    @property
+    def retrain_due(self) -> datetime | None:
+        """When this replica's in-process retrain runs next; None on a standby, before ``start``, or
+        when ``retrain_cron`` is empty (retraining is another process's job)."""
+        if self._scheduler is None or not self.active:
+            return None
+        job = self._scheduler.get_job(_RETRAIN_JOB)
+        return job.next_run_time if job is not None else None
 
     def scheduled_orders(self) -> list[tuple[str, datetime | None]]:
         """(job id, next run) of the timed orders waiting in the job store."""

@@ -196,3 +196,21 @@ def test_retrain_trigger_follows_the_cron_setting() -> None:
     assert (fire.day, fire.hour, fire.minute) == (2, 3, 15)
     with pytest.raises(ConfigError, match="retrain_cron"):
         retrain_trigger(load_settings(overrides={"retrain_cron": "not cron"}))
+
+
+def test_empty_retrain_cron_means_no_in_process_retrain() -> None:
+    assert retrain_trigger(load_settings(overrides={"retrain_cron": ""})) is None
+
+
+def test_retrain_job_a_former_start_stored_is_dropped_once_retrain_cron_is_empty(
+    kafka_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    # The chart switches a running installation's retraining to a CronJob by emptying retrain_cron; the
+    # job store still holds the job the scheduler's earlier starts put there.
+    cat = catalog(spec("chat", GB))
+    with Runtime(settings_for_stack(kafka_bootstrap, unique, tmp_path), cat, one_node()) as scheduled:
+        assert scheduled.retrain_due is not None
+    off = settings_for_stack(kafka_bootstrap, unique, tmp_path, retrain_cron="")
+    with Runtime(off, cat, one_node()) as cronjob_owned:
+        assert cronjob_owned.active
+        assert cronjob_owned.retrain_due is None
