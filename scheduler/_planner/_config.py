@@ -55,11 +55,12 @@ class PlannerConfig:
     """Weighted seconds charged per GB·minute a copy is held in L0 or L1: what memory costs.
 
     It prices holding and prefetching alike, so that a 2 GB model is kept warm far longer than a 140 GB
-    one for the same GB-minutes: a resident is released (one tier down) when the chance of a request
-    before the next decision, times what the copy saves that request, is worth less than holding it
-    until then; a prefetch must pay for the GB-minutes from its load to the end of its window. At 0.05,
-    for instance, a 140 GB copy stays in GPU memory (host memory 3 s away) only while a request in the
-    next minute has P > 0.84, a 2 GB one while P > 0.02.
+    one for the same GB-minutes: a resident is released (one tier down) when the chance per second of
+    a request, times what the copy saves that request, is worth less than the price of the GB it
+    holds for that second; a prefetch must pay for the GB-minutes from its load to the end of its
+    window. At 0.05, for instance, a 140 GB copy stays in GPU memory (host memory 3.3 s away, 8.3 s
+    with the cold start) only while a request in the next minute has P > 0.57, a 2 GB one while
+    P > 0.02.
 
     The default, 0, is what memory costs on a live platform inside the budget given to prewarm: that
     memory is paid for whether it holds a model or not, so nothing is released while nothing wants the
