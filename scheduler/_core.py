@@ -261,6 +261,17 @@ class SchedulerCore:
         with self._lock:
             return dict(self._reports)
 
+    def forecasts(self) -> dict[str, ModelForecast]:
+        """The forecasts the last rounds planned with (refreshed by the interval job)."""
+        with self._lock:
+            return dict(self._forecasts)
+
+    def recent_orders(self, limit: int = 100) -> list[Order]:
+        """The newest orders still remembered (handed out, settled or not), newest first."""
+        with self._lock:
+            known = sorted(self._known.values(), key=lambda k: (k.order.created_at, k.order.id), reverse=True)
+            return [k.order for k in known[:limit]]
+
 
 def _placement(p: Any) -> dict[str, Any]:
     return {

@@ -83,6 +83,7 @@ from scheduler._lease import (
 from scheduler._ledger import ORDERS_TABLE, OrderLedger
 from scheduler._planner import PlannerConfig
 from scheduler._signals import demand_hints
+from scheduler._status import StatusSources
 
 __all__ = [
     "ForecastProvider",
@@ -422,6 +423,10 @@ class Runtime:
         if self._store is None:
             self._store = DemandStore(self.settings.database_url)
         return self._store
+
+    def status_sources(self) -> StatusSources:
+        """What the status page reads besides the core: the demand store and the forecaster served."""
+        return StatusSources(demand=self._demand_store, forecaster=lambda: self.forecaster)
 
     def _signals(self, now: float) -> tuple[dict[str, ModelForecast], list[Hint]]:
         models = self.core.catalog.ids()
