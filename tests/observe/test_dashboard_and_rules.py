@@ -91,3 +91,16 @@ def test_promtool_accepts_the_rules() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
+
+
+def test_docs_list_every_metric_the_code_registers(exported: set[str]) -> None:
+    documented = set(_METRIC.findall((REPO / "docs" / "metrics.md").read_text()))
+    families = {name for name in exported if name.startswith("prewarm_") and not name.endswith("_created")}
+    # A family is documented under the name it is queried by: counters end in _total, the rest as named.
+    missing = {
+        name
+        for name in families
+        if name not in documented
+        and not any(name == d + suffix for d in documented for suffix in ("_bucket", "_count", "_sum"))
+    }
+    assert sorted(missing) == []
