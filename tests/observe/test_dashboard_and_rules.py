@@ -59,6 +59,10 @@ def test_every_metric_the_alert_rules_query_is_exported(exported: set[str]) -> N
     queried = {name for expr in _rule_exprs() for name in _METRIC.findall(expr)}
     assert {"prewarm_ingest_lag_records", "prewarm_scheduler_active"} <= queried
     assert sorted(queried - exported) == []
+    # The rules' unit tests feed them series by the same names.
+    tests = yaml.safe_load((REPO / "deploy" / "prometheus" / "tests" / "prewarm-alerts-test.yml").read_text())
+    fed = {_METRIC.findall(s["series"])[0] for t in tests["tests"] for s in t["input_series"]}
+    assert sorted(fed - exported) == []
 
 
 def test_the_issue_s_alerts_are_all_there() -> None:
@@ -104,3 +108,14 @@ def test_docs_list_every_metric_the_code_registers(exported: set[str]) -> None:
         and not any(name == d + suffix for d in documented for suffix in ("_bucket", "_count", "_sum"))
     }
     assert sorted(missing) == []
+
+
+def test_the_alerts_fire_on_the_series_their_unit_tests_feed_them() -> None:
+    # Each alert of the issue, fed series the code exports: fires when it should, and not before.
+    promtool = need_tool("promtool")
+    tests = REPO / "deploy" / "prometheus" / "tests" / "prewarm-alerts-test.yml"
+    done = subprocess.run(
+        [promtool, "test", "rules", str(tests)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
