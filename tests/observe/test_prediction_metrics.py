@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from metrics_helpers import metric_delta, sample
 from status_builders import GB, core, report
 
 from executor._tier import TierCache
+from forecaster import ModelForecast
 from ingest import MinuteAggregator
 from ingest._metrics import METRICS
-from prewarm import OTHER_MODELS, Tier, TopLabels, model_label
+from prewarm import OTHER_MODELS, OrderAction, OrderReason, Tier, TopLabels, model_label
 
 
 class Clock:
@@ -111,3 +113,26 @@ def test_the_scheduler_exports_each_node_s_report_age_tier_fill_and_idle_prefetc
     assert sample("prewarm_scheduler_node_tier_capacity_bytes", l1) == 200 * GB
     assert sample("prewarm_scheduler_node_prefetch_idle_bytes", l1) == 2 * GB
     assert sample("prewarm_scheduler_node_prefetch_idle_bytes", {"node": "gpu-a", "tier": "L0"}) == 0
+
+
+def test_a_forecast_prefetch_records_the_lead_it_was_planned_with() -> None:
+    clock = Clock()
+    scheduler, sent = core(clock)
+    # chat-7b is surely wanted from 20 minutes on: a prefetch ordered to land before then.
+    buckets = 12
+    expected = np.array([0.0, 0.0] + [50.0] * (buckets - 2))
+    p_any = np.array([0.0, 0.0] + [0.999] * (buckets - 2))
+    forecast = ModelForecast("chat-7b", clock.t, 600, expected, p_any, "test")
+    scheduler.set_signals(forecasts={"chat-7b": forecast})
+    with (
+        metric_delta(
+            "prewarm_scheduler_prefetch_planned_lead_seconds_count", {"reason": "forecast"}
+        ) as count,
+        metric_delta("prewarm_scheduler_prefetch_planned_lead_seconds_sum", {"reason": "forecast"}) as total,
+    ):
+        orders = scheduler.replan()
+    prefetches = [o for o in orders if o.reason is OrderReason.FORECAST and o.action is OrderAction.PREFETCH]
+    assert prefetches, sent
+    assert count.delta == len(prefetches)
+    # The lead is how long before the predicted demand (20 to 120 minutes out) the copy is due.
+    assert 0 <= total.delta / count.delta <= 7200

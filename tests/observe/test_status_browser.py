@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from metrics_helpers import sample
 from observe_helpers import need_tool
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
@@ -85,7 +86,9 @@ def rows(browser: webdriver.Chrome, table: str) -> list[str]:
 def test_status_page_shows_the_scheduler_s_models_and_updates_after_a_hint(
     server: tuple[str, Runtime], browser: webdriver.Chrome
 ) -> None:
-    url, _ = server
+    url, runtime = server
+    assert runtime.active
+    assert sample("prewarm_scheduler_active") == 1  # the replica that holds the lease says so
     wait = WebDriverWait(browser, 30, poll_frequency=0.2)
     browser.get(f"{url}/status")
     browser.find_element(By.ID, "token").send_keys(READER.split(":")[1])
