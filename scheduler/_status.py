@@ -25,7 +25,7 @@ import hmac
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
@@ -57,6 +57,7 @@ _HOUR = 3600
 _NEXT_S = 2 * _HOUR
 _NEXT_STEP_S = 600
 MAX_MODELS = 100  # rows on the page; the API has every model
+DEMAND_REFRESH_S = 15.0
 _SECURITY_HEADERS = {
     # The page's script is a file of this origin; nothing inline, nothing from elsewhere.
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -82,6 +83,19 @@ class StatusSources:
 
     demand: Callable[[], DemandReader | None] = lambda: None
     forecaster: Callable[[], ForecasterBundle | None] = lambda: None
+    refresh_s: float = DEMAND_REFRESH_S
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def cached_demand(
+        self, ids: Sequence[str], start: float, now: float
+    ) -> tuple[dict[str, list[int]], list[dict[str, Any]], str | None]:
+        """``_demand``, read at most every ``refresh_s``: hourly counts move slowly, and at 10,000 models
+        a day of minutes is millions of rows, too many to read at every poll of every viewer."""
+        at, value = self._cache.get("demand", (-math.inf, None))
+        if value is None or now - at >= self.refresh_s or self._cache.get("start") != start:
+            value = _demand(self.demand(), ids, start, now)
+            self._cache.update(demand=(now, value), start=start)
+        return value  # type: ignore[no-any-return]
 
 
 class SessionSigner:
@@ -221,7 +235,7 @@ def status_data(core: SchedulerCore, sources: StatusSources, *, now: float, acti
     forecasts = core.forecasts()
     tiers = plan["tiers"]
     day_start = math.floor(now / _HOUR) * _HOUR - 23 * _HOUR  # 24 whole hours, the current one last
-    demand, cold, demand_error = _demand(sources.demand(), core.catalog.ids(), day_start, now)
+    demand, cold, demand_error = sources.cached_demand(core.catalog.ids(), day_start, now)
     bundle = sources.forecaster()
     hinted = {h.model for h in hints}
 
