@@ -22,3 +22,21 @@ fi
 
 # --frozen: install exactly what uv.lock says; never re-resolve on a CI machine.
 "$uv_bin" sync --frozen --all-extras --quiet
+
+# System tools the tests drive: promtool (Debian's prometheus package) validates the alert rules, and
+# headless Chromium with its driver loads the status page. Installed only when missing and only where
+# apt-get can run as root; elsewhere the tests that need them skip and say why (and fail under CI=true).
+# PREWARM_SKIP_APT=1 skips this step.
+apt_wanted=()
+command -v promtool >/dev/null 2>&1 || apt_wanted+=(prometheus)
+command -v chromium >/dev/null 2>&1 || apt_wanted+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || apt_wanted+=(chromium-driver)
+if [[ ${#apt_wanted[@]} -gt 0 && "${PREWARM_SKIP_APT:-0}" != 1 ]]; then
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: installing ${apt_wanted[*]}" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${apt_wanted[@]}"; } >&2 || echo "bootstrap: could not install ${apt_wanted[*]}; their tests skip" >&2
+  else
+    echo "bootstrap: ${apt_wanted[*]} missing (needs root and apt-get); their tests skip" >&2
+  fi
+fi

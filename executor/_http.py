@@ -27,6 +27,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
+from executor import _metrics
 from executor._executor import Executor
 from prewarm import (
     CapacityError,
@@ -36,18 +37,11 @@ from prewarm import (
     PrewarmError,
     Tier,
     UnknownModel,
-    histogram,
+    model_label,
 )
 from prewarm import render_metrics as render
 
 __all__ = ["LoadRequest", "check_binding", "create_app", "is_loopback"]
-
-_LOAD_WAIT = histogram(
-    "prewarm_executor_load_wait_seconds",
-    "Wait of POST /v1/load until the model was in the tier asked for, by that tier and where it came from.",
-    ["tier", "served_from"],
-    buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 180),
-)
 
 
 class LoadRequest(BaseModel):
@@ -114,7 +108,12 @@ def create_app(
         except PrewarmError as exc:
             return _error(503, str(exc))
         wait = time.perf_counter() - started
-        _LOAD_WAIT.labels(tier.value, result.served_from.value).observe(wait)
+        served_from = result.served_from.value
+        _metrics.LOAD_WAIT.labels(tier.value, served_from).observe(wait)
+        if result.served_from.level > tier.level:  # not already there: the request waited for a copy
+            model = model_label(result.model)
+            _metrics.COLD_STARTS.labels(model, served_from).inc()
+            _metrics.COLD_START_WAIT.labels(model, served_from).inc(wait)
         loaded()
         body = {
             "model": result.model,

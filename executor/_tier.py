@@ -69,6 +69,7 @@ class TierCache(Generic[K, V]):
         ttl_s: float | None = None,
     ) -> None:
         self.tier = tier
+        self._capacity = 0
         self.capacity = capacity
         self._clock = clock
         self._release = release
@@ -79,6 +80,16 @@ class TierCache(Generic[K, V]):
         self._used = 0
 
     # -- reading
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @capacity.setter
+    def capacity(self, capacity: int) -> None:
+        # L2's budget follows its filesystem: the gauge follows every change, whoever makes it.
+        self._capacity = capacity
+        _metrics.TIER_CAPACITY.labels(self.tier.value).set(capacity)
 
     @property
     def used(self) -> int:
@@ -92,6 +103,10 @@ class TierCache(Generic[K, V]):
                 return None
             if use:
                 entry.last_used = self._clock()
+                if entry.prefetched:
+                    _metrics.prefetch_ended(
+                        self.tier.value, entry.nbytes, entry.loaded_at, entry.last_used, None
+                    )
                 entry.prefetched = False
             return entry.value
 
@@ -188,6 +203,8 @@ class TierCache(Generic[K, V]):
                 entry.value = value
             entry.ready = True
             entry.loaded_at = self._clock()
+            if entry.prefetched:
+                _metrics.PREFETCH_IDLE.labels(self.tier.value).inc(entry.nbytes)
 
     def abort(self, key: K) -> None:
         with self._lock:
@@ -252,6 +269,10 @@ class TierCache(Generic[K, V]):
     def _drop(self, key: K, reason: str | None) -> tuple[K, V | None]:
         entry = self._entries.pop(key)
         self._used -= entry.nbytes
+        if entry.ready and entry.prefetched:
+            _metrics.prefetch_ended(
+                self.tier.value, entry.nbytes, entry.loaded_at, self._clock(), reason or "aborted"
+            )
         _metrics.TIER_USED.labels(self.tier.value).set(self._used)
         if reason is not None:
             _metrics.EVICTIONS.labels(self.tier.value, reason).inc()

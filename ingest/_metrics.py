@@ -11,13 +11,21 @@ prewarm_ingest_offset_conflicts_total        batches rolled back because another
 prewarm_ingest_commit_seconds                time to flush dead letters and commit one batch
 prewarm_ingest_lag_records{topic,partition}  log-end offset minus committed offset
 prewarm_ingest_last_event_timestamp_seconds{model}  newest counted event time per model
+prewarm_ingest_model_requests_total{model}   requests counted, per model
+prewarm_ingest_cold_starts_total{model}      of those, requests the gateway logged as cold starts
+                                             (served from L1 or farther, or with a load wait)
+prewarm_ingest_request_wait_seconds_total{model}  seconds requests waited for a load (``wait_ms``)
+
+``model`` is one of the process's first ``TOP_MODELS`` models or ``other`` (``prewarm.model_label``):
+a label per model would be a series per model; per-model detail is the scheduler's API. For ``other``
+the last-event gauge holds the newest time of any model folded into it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prewarm import counter, gauge, histogram
+from prewarm import OTHER_MODELS, counter, gauge, histogram, model_label
 
 from ._window import MinuteAggregator
 
@@ -68,6 +76,20 @@ class _IngestMetrics:
         self.last_event = gauge(
             "prewarm_ingest_last_event_timestamp_seconds", "Newest counted event time.", ["model"]
         )
+        self.model_requests = counter(
+            "prewarm_ingest_model_requests_total", "Requests counted, by model (top models).", ["model"]
+        )
+        self.cold_starts = counter(
+            "prewarm_ingest_cold_starts_total",
+            "Requests logged as cold starts, by model (top models).",
+            ["model"],
+        )
+        self.wait = counter(
+            "prewarm_ingest_request_wait_seconds_total",
+            "Seconds requests waited for a load, by model (top models).",
+            ["model"],
+        )
+        self._other_newest = 0.0
 
     def committed(self, agg: MinuteAggregator, dead: Mapping[str, int], seconds: float) -> None:
         self.records.inc(agg.counted + agg.too_late + sum(dead.values()))
@@ -83,7 +105,25 @@ class _IngestMetrics:
             self.dead.labels(reason=reason).inc(n)
         self.commit.observe(seconds)
         for model, ts_ms in agg.last_seen_ms.items():
-            self.last_event.labels(model=model).set(ts_ms / 1000.0)
+            label = model_label(model)
+            if label == OTHER_MODELS:
+                # Many models share this sample: it keeps the newest time of any of them.
+                self._other_newest = max(self._other_newest, ts_ms / 1000.0)
+                self.last_event.labels(model=label).set(self._other_newest)
+            else:
+                self.last_event.labels(model=label).set(ts_ms / 1000.0)
+        per_model: dict[str, list[float]] = {}
+        for (model, _minute), cell in agg.cells.items():
+            sums = per_model.setdefault(model_label(model), [0, 0, 0.0])
+            sums[0] += cell.requests
+            sums[1] += cell.cold_starts
+            sums[2] += cell.wait_ms
+        for label, (requests, cold, wait_ms) in per_model.items():
+            self.model_requests.labels(model=label).inc(requests)
+            if cold:
+                self.cold_starts.labels(model=label).inc(cold)
+            if wait_ms:
+                self.wait.labels(model=label).inc(wait_ms / 1000.0)
 
 
 METRICS = _IngestMetrics()

@@ -4,7 +4,9 @@ The spine every other package builds on: settings, wire schemas, the exception t
 logging and metrics, the registry of URI schemes a catalog accepts, and the order semantics (admission,
 what an order does to a node's copies, LRU victims) that the planner, the executor and the simulator
 share. It imports none of the other packages. Metrics: ``counter``, ``gauge`` and ``histogram`` get or
-create a collector in the process's one ``REGISTRY``; ``render_metrics`` is its text for ``/metrics``.
+create a collector in the process's one ``REGISTRY``; ``render_metrics`` is its text for ``/metrics``;
+``model_label`` keeps a metric's model labels to the first few models (``TopLabels``; the rest are
+``OTHER_MODELS``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from prewarm._exceptions import (
 )
 from prewarm._ids import MAX_MODEL_ID_LENGTH, ModelId, validate_model_id
 from prewarm._logging import configure_logging, get_logger
-from prewarm._metrics import REGISTRY, counter, gauge, histogram
+from prewarm._metrics import OTHER_MODELS, REGISTRY, TopLabels, counter, gauge, histogram, model_label
 from prewarm._metrics import render as render_metrics
 from prewarm._orders import (
     Admission,
@@ -96,6 +98,7 @@ __all__ = [
     "EVENT_MAX_BYTES",
     "HOP_INTO",
     "MAX_MODEL_ID_LENGTH",
+    "OTHER_MODELS",
     "REGISTRY",
     "AccessDenied",
     "Admission",
@@ -141,6 +144,7 @@ __all__ = [
     "StoreSettings",
     "Tier",
     "TierState",
+    "TopLabels",
     "TrackingError",
     "Unauthorized",
     "UnknownModel",
@@ -161,6 +165,7 @@ __all__ = [
     "load_path",
     "load_settings",
     "lru_victims",
+    "model_label",
     "parse_byte_rate",
     "parse_bytes",
     "parse_overrides",

@@ -45,6 +45,7 @@ def run(
             ready=runtime.ready,
             accept_hint=runtime.accept_hint,
             active=lambda: runtime.active,
+            status=runtime.status_sources(),
         )
         sched = settings.scheduler
         role = "active" if runtime.active else "standby"

@@ -1,7 +1,8 @@
 """The hint API: product pages say a model will be wanted; operators read the plan.
 
 Every route but ``/healthz``, ``/readyz``, ``/metrics`` and the API document itself needs a bearer token
-(roles in ``_auth``): ``POST /v1/hints`` a hint writer's full token or a publishable one; the reads
+(roles in ``_auth``; the status page under ``/status`` takes a session cookie signed in with a read token
+instead, see ``_status``): ``POST /v1/hints`` a hint writer's full token or a publishable one; the reads
 (``GET /v1/hints``, ``/v1/plan``, ``/v1/models/{id}``) a read token or a hint writer's, never a
 publishable one, since a browser's token is in every visitor's hands and the plan is not public.
 Every error is JSON ``{"error", "message"}``: 401 no token, 403 wrong token or not allowed, 404 unknown
@@ -53,6 +54,7 @@ from scheduler._openapi import (
     Readiness,
     errors,
 )
+from scheduler._status import StatusSources, register_status
 
 __all__ = ["create_app"]
 
@@ -95,11 +97,13 @@ def create_app(
     clock: Callable[[], float] = time.monotonic,
     accept_hint: Callable[[Hint], tuple[Hint, list[Order]]] | None = None,
     active: Callable[[], bool] | None = None,
+    status: StatusSources | None = None,
 ) -> FastAPI:
     """The ASGI app over ``core``. ``ready`` says whether the runtime behind it is up (for /readyz).
     ``accept_hint`` takes a valid hint (default ``core.add_hint``): the runtime's stores it before it
     plans, so a 202 means the hint survives this replica. ``active`` says whether this replica is the
-    one that plans (default: always)."""
+    one that plans (default: always). ``status``: the demand store and forecaster the status page
+    (``/status``, ``_status``) reads besides the core."""
     add_hint = accept_hint or core.add_hint
     auth = Authenticator(
         settings.hint_tokens.get_secret_value(),
@@ -270,6 +274,7 @@ def create_app(
     def metrics() -> Response:
         return Response(render_metrics(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    register_status(app, core, auth, settings, sources=status, active=active)
     return app
 
 

@@ -31,6 +31,7 @@ from prewarm import (
     get_logger,
     histogram,
 )
+from scheduler import _metrics
 from scheduler._cluster import Cluster, ClusterState
 from scheduler._planner import Plan, PlannerConfig, PlannerMemo, plan_detailed
 
@@ -147,6 +148,7 @@ class SchedulerCore:
             if current is not None and current.at > report.at:
                 return
             self._reports[report.node] = report
+        _metrics.observed(report)
 
     # ------------------------------------------------------------------ planning
 
@@ -172,6 +174,7 @@ class SchedulerCore:
         for order in fresh:
             self._known[order.id] = _Known(order, settled=False, predicted=result.predicted.get(order.id))
             _ORDERS.labels(order.action.value, order.reason.value).inc()
+            _metrics.planned(order, result.predicted.get(order.id))
             if order.reason is OrderReason.MISPREDICTION:
                 _MISPREDICTIONS.inc()
         _DEFERRED.set(len(result.deferred))
@@ -257,6 +260,17 @@ class SchedulerCore:
     def reports(self) -> dict[str, ExecutorState]:
         with self._lock:
             return dict(self._reports)
+
+    def forecasts(self) -> dict[str, ModelForecast]:
+        """The forecasts the last rounds planned with (refreshed by the interval job)."""
+        with self._lock:
+            return dict(self._forecasts)
+
+    def recent_orders(self, limit: int = 100) -> list[Order]:
+        """The newest orders still remembered (handed out, settled or not), newest first."""
+        with self._lock:
+            known = sorted(self._known.values(), key=lambda k: (k.order.created_at, k.order.id), reverse=True)
+            return [k.order for k in known[:limit]]
 
 
 def _placement(p: Any) -> dict[str, Any]:

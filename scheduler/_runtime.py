@@ -64,6 +64,7 @@ from prewarm import (
     get_logger,
 )
 from prewarm.kafka import ensure_control_topics
+from scheduler import _metrics
 from scheduler._cluster import Cluster
 from scheduler._core import SchedulerCore
 from scheduler._dispatch import Dispatcher
@@ -82,6 +83,7 @@ from scheduler._lease import (
 from scheduler._ledger import ORDERS_TABLE, OrderLedger
 from scheduler._planner import PlannerConfig
 from scheduler._signals import demand_hints
+from scheduler._status import StatusSources
 
 __all__ = [
     "ForecastProvider",
@@ -292,6 +294,7 @@ class Runtime:
             self._scheduler.shutdown(wait=True)
         if self._keeper is not None and self._keeper.held:
             self._active.clear()
+            _metrics.set_active(False)
             self._keeper.lease.release()  # after the last publish: a standby takes over at its next try
         if self._follower is not None:
             self._follower.stop()
@@ -361,6 +364,7 @@ class Runtime:
         with self._hint_lock:
             self.core.restore(self._hints.live(self._clock()), orders)
         self._active.set()
+        _metrics.set_active(True)
         self._scheduler.resume()  # jobs that fell due while no replica was active run now
         self._scheduler.add_job(
             plan_job,
@@ -381,6 +385,7 @@ class Runtime:
 
     def _stand_by(self) -> None:
         self._active.clear()
+        _metrics.set_active(False)
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.pause()
         log.info("standby: serving hints, not planning", extra={"replica": self.replica})
@@ -426,6 +431,10 @@ class Runtime:
         if self._store is None:
             self._store = DemandStore(self.settings.database_url)
         return self._store
+
+    def status_sources(self) -> StatusSources:
+        """What the status page reads besides the core: the demand store and the forecaster served."""
+        return StatusSources(demand=self._demand_store, forecaster=lambda: self.forecaster)
 
     def _signals(self, now: float) -> tuple[dict[str, ModelForecast], list[Hint]]:
         models = self.core.catalog.ids()
@@ -512,6 +521,7 @@ class Runtime:
             )
             return served
         self._served = (bundle, version)
+        _metrics.champion_served(bundle)
         log.info("champion forecaster loaded", extra={"model": name, "version": version})
         return version
 
@@ -523,11 +533,15 @@ class Runtime:
             result = self._retrain(self.settings, self._demand_store(), self._clock())
         except PrewarmError as exc:
             log.error("daily retrain failed", extra={"error": str(exc)})
+            _metrics.retrained("failed", time.perf_counter() - started)
             return
         decision = result.decision
         seconds = round(time.perf_counter() - started, 1)
+        outcome = "unjudged" if decision is None else "promoted" if decision.promoted else "kept_champion"
+        _metrics.retrained(outcome, time.perf_counter() - started)
         if decision is None or decision.promoted:
             self._served = (result.bundle, decision.model_version if decision is not None else None)
+            _metrics.champion_served(result.bundle)
             log.info("daily retrain done, serving it", extra={"seconds": seconds})
         else:
             log.info(
