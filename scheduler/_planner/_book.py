@@ -124,6 +124,10 @@ class _Book:
         """Whether this node has ``model`` in ``tier`` or closer to the GPU."""
         return self.closest(model).level <= tier.level
 
+    def models(self) -> set[str]:
+        """Every key this book holds in some tier."""
+        return set().union(*self.held.values())
+
     def copy(self) -> _Book:
         # Entries are replaced, never mutated, so copying the per-tier dicts is enough.
         return _Book(
@@ -133,6 +137,41 @@ class _Book:
             dict(self._used),
             list(self._gpu_used),
         )
+
+
+class _Books(dict[str, _Book]):
+    """The round's books by node name, and which nodes hold each model (``at``).
+
+    Which nodes hold a model is asked for every model of a round; found by looking into every node's
+    book, it was most of a round at a hundred nodes. A book is replaced here (``books[name] = trial``),
+    never changed in place, once the round has opened the books (``reindex`` after the opening).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: dict[str, set[str]] = {}
+
+    def __setitem__(self, name: str, book: _Book) -> None:
+        old = self.get(name)
+        before = old.models() if old is not None else set()
+        after = book.models()
+        for model in before - after:
+            holders = self.at.get(model)
+            if holders is not None:
+                holders.discard(name)
+        for model in after - before:
+            self.at.setdefault(model, set()).add(name)
+        super().__setitem__(name, book)
+
+    def reindex(self) -> None:
+        """Rebuild ``at`` after books were changed in place (only while they are being opened)."""
+        self.at = {}
+        for name, book in self.items():
+            for model in book.models():
+                self.at.setdefault(model, set()).add(name)
+
+    def holders(self, model: str) -> set[str]:
+        return self.at.get(model) or set()
 
 
 @dataclass
@@ -146,7 +185,7 @@ class _Round:
     gains: Mapping[str, Mapping[Tier, float]]
     """Per model, ``_Valuer.gains``: computed once per round, for forecast wants and ``_payers`` alike."""
     valuer: _Valuer
-    books: dict[str, _Book] = field(default_factory=dict)
+    books: _Books = field(default_factory=_Books)
     orders: list[Order] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
     deferred: list[Placement] = field(default_factory=list)
@@ -157,9 +196,33 @@ class _Round:
     open_bets: set[tuple[str, str]] = field(default_factory=set)
     """(node, model) of prefetched copies still within their misprediction window."""
 
+    _classes: list[list[str]] | None = None
+    _positions: dict[str, int] | None = None
+
+    def classes(self) -> list[list[str]]:
+        """The nodes by class, in the books' order: nodes of one class (the same link rates and
+        capacities) value a model they do not hold the same. Fixed once the books are open."""
+        if self._classes is None:
+            by: dict[tuple[object, ...], list[str]] = {}
+            for name, book in self.books.items():
+                key = (book.node.hop_rates, tuple(book.capacity.values()), book.gpu_capacity)
+                by.setdefault(key, []).append(name)
+            self._classes = list(by.values())
+        return self._classes
+
+    def position(self, name: str) -> int:
+        """Where node ``name`` comes in the books' order."""
+        if self._positions is None:
+            self._positions = {n: i for i, n in enumerate(self.books)}
+        return self._positions[name]
+
+    def rate_nodes(self) -> list[NodeState]:
+        """One node of each set of link rates: what a bound over every node needs to look at."""
+        return [self.books[names[0]].node for names in self.classes()]
+
     def held(self, model: str, tier: Tier) -> bool:
         """Whether some node has ``model`` in ``tier`` or closer: requests go to the closest copy."""
-        return any(b.holds(model, tier) for b in self.books.values())
+        return any(self.books[n].holds(model, tier) for n in self.books.holders(model))
 
     def emit(self, decision: _Decision) -> Order:
         """Order what was decided, stamped with this round's time."""

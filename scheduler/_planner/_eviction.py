@@ -117,6 +117,9 @@ def _demote_one_tier(
     the tier below has no room for it even after demoting what is worth less there."""
     now, config = rnd.now, rnd.config
     lower = tier.farther()
+    # Changed on a copy, put back at the end: the round's books are replaced, never changed in place
+    # (``_Books`` keeps an index of them).
+    book = book.copy()
     entry = book.held[tier][spec.id]
     action, at = OrderAction.EVICT, tier
     if lower in CACHE_TIERS and book.capacity[lower] >= entry.bytes:
@@ -128,7 +131,7 @@ def _demote_one_tier(
             action, at = OrderAction.DEMOTE, lower
             if below is None:
                 trial.put(lower, spec.id, _Entry(spec.id, entry.bytes, worth, True))
-            rnd.books[name] = book = trial
+            book = trial
             for model, frm, to in moves:
                 rnd.moved.add(model)
                 victim = rnd.catalog[model]
@@ -137,6 +140,7 @@ def _demote_one_tier(
     for t in CACHE_TIERS:
         if t.level <= tier.level:
             book.drop(t, spec.id)
+    rnd.books[name] = book
     rnd.moved.add(spec.id)
     rnd.emit(
         _Decision(

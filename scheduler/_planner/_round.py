@@ -49,7 +49,8 @@ def plan_detailed(
     """``plan`` with its reasoning: placements, deferred candidates and counted mispredictions."""
     memo = memo if memo is not None else PlannerMemo()
     valuer = _Valuer(config, memo.hops, _model_weights(now, forecasts, config))
-    nodes = list(cluster.nodes.values())
+    # Gains are a bound over the nodes' link rates: one node of each set of rates says the same.
+    nodes = list({n.hop_rates: n for n in cluster.nodes.values()}.values())
     signalled = {*forecasts, *(h.model for h in hints)}
     gains = {m: valuer.gains(catalog[m], nodes) for m in signalled if m in catalog}
     wants = _wants(now, forecasts, hints, catalog, config, gains, memo.windows)
@@ -57,6 +58,7 @@ def plan_detailed(
     for name in sorted(cluster.nodes):
         rnd.books[name] = _open_book(rnd, cluster.nodes[name])
     _book_pending(rnd, cluster)
+    rnd.books.reindex()  # booking the pending orders changed the books in place
     _demote_mispredictions(rnd, cluster)
     cooling = _cooldowns(cluster, now, config) | {model for _, model in rnd.mispredictions}
 
