@@ -5,6 +5,13 @@ here behind one lock. ``replan`` runs the pure planner over them and hands only 
 ``dispatch``, which the runtime wires to its timed publisher and the tests to a list. Slow inputs
 (forecasts, recent demand) are refreshed by the runtime's interval job and cached here, so a hint
 triggers a round that costs only the planner itself.
+
+``replan()`` (the interval job, after each forecast refresh) is a full round. A hint, a change of
+demand signals or, when asked, an executor's report plans an incremental round: only the models whose
+signals changed, and the nodes whose report or orders changed, are planned again, against the books
+the full round left (see ``scheduler._planner._incremental`` for what that keeps exact). The merged
+state of each node is kept between rounds and rebuilt only when its node reports, so that the rounds
+can tell which nodes changed.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from prewarm import (
     get_logger,
     histogram,
 )
-from scheduler._cluster import Cluster, ClusterState
+from scheduler._cluster import Cluster, ClusterState, NodeState
 from scheduler._planner import Plan, PlannerConfig, PlannerMemo, plan_detailed
 
 __all__ = ["SchedulerCore"]
@@ -48,6 +55,11 @@ _PLAN_SECONDS = histogram(
     "prewarm_scheduler_plan_seconds",
     "Time of one planning round.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+_ROUNDS = counter(
+    "prewarm_scheduler_rounds_total",
+    "Planning rounds, by kind: full, or incremental (only what an event touched).",
+    ["kind"],
 )
 _DEFERRED = gauge("prewarm_scheduler_deferred_models", "Prefetches worth doing that wait for room.")
 _HINTS_ACTIVE = gauge("prewarm_scheduler_hints_active", "Hints whose window has not passed.")
@@ -88,6 +100,10 @@ class SchedulerCore:
         self._last: Plan | None = None
         self._last_at: float | None = None
         self._memo = PlannerMemo()  # forecast windows kept between rounds: a hint's round values few
+        # Each node's merged state, rebuilt only when it reports: an incremental round reopens the books
+        # of the nodes whose state object changed.
+        self._nodes: dict[str, NodeState] = dict(ClusterState.merge(cluster, {}).nodes)
+        self._touched: set[str] = set()  # models whose signals changed since the last round
 
     # ------------------------------------------------------------------ inputs
 
@@ -106,7 +122,8 @@ class SchedulerCore:
             if len(self._hints) >= self._max_hints:
                 self._hints.pop(0)  # the oldest goes first: a flood cannot grow memory without bound
             self._hints.append(stamped)
-            orders = self._replan_locked(now)
+            self._touched.add(hint.model)
+            orders = self._replan_locked(now, incremental=True)
         return stamped, [o for o in orders if o.model == hint.model]
 
     def restore(self, hints: Sequence[Hint] = (), orders: Sequence[Order] = ()) -> None:
@@ -122,51 +139,85 @@ class SchedulerCore:
                 fresh = (hint.model, hint.source, hint.received_at) not in known
                 if fresh and hint.live(now) and hint.model in self.catalog:
                     self._hints.append(hint)
+                    self._touched.add(hint.model)
             for order in orders:
                 self._known.setdefault(order.id, _Known(order, settled=False))
 
     def set_signals(
         self, *, forecasts: Mapping[str, ModelForecast] | None = None, demand: Sequence[Hint] | None = None
     ) -> None:
-        """Replace the cached forecasts and demand hints (refreshed by the interval job)."""
+        """Replace the cached forecasts and demand hints (refreshed by the interval job).
+
+        New forecasts make the next round a full one; changed demand touches only its models."""
         with self._lock:
             if forecasts is not None:
                 self._forecasts = dict(forecasts)
             if demand is not None:
-                self._demand = list(demand)
+                demand = list(demand)
+                before: dict[str, list[Hint]] = {}
+                after: dict[str, list[Hint]] = {}
+                for h in self._demand:
+                    before.setdefault(h.model, []).append(h)
+                for h in demand:
+                    after.setdefault(h.model, []).append(h)
+                self._touched |= {m for m in before.keys() | after.keys() if before.get(m) != after.get(m)}
+                self._demand = demand
+
+    def add_demand(self, demand: Sequence[Hint]) -> list[Order]:
+        """Replace the demand hints and plan what changed at once (an incremental round); the new
+        orders."""
+        with self._lock:
+            self.set_signals(demand=demand)
+            return self._replan_locked(self._clock(), incremental=True)
 
     def update_catalog(self, catalog: Catalog) -> None:
         """Plan with a new catalog from the next round on (new versions, new or retired models)."""
         with self._lock:
             self.catalog = catalog
 
-    def observe(self, report: ExecutorState) -> None:
-        """Keep the newest report of each node (the next round settles the orders it shows done)."""
+    def observe(self, report: ExecutorState, *, replan: bool = False) -> list[Order]:
+        """Keep the newest report of each node (the next round settles the orders it shows done).
+
+        ``replan``: plan what the report changed at once (an incremental round: the node's book is
+        opened again, and the models whose place on it changed are planned again); the new orders."""
         with self._lock:
             current = self._reports.get(report.node)
             if current is not None and current.at > report.at:
-                return
+                return []
             self._reports[report.node] = report
+            self._nodes[report.node] = ClusterState.merge(self.cluster, {report.node: report}).nodes[
+                report.node
+            ]
+            return self._replan_locked(self._clock(), incremental=True) if replan else []
 
     # ------------------------------------------------------------------ planning
 
     def replan(self) -> list[Order]:
-        """One planning round now; returns (and dispatches) the orders not handed out before."""
+        """One full planning round now; returns (and dispatches) the orders not handed out before."""
         with self._lock:
             return self._replan_locked(self._clock())
 
-    def _replan_locked(self, now: float) -> list[Order]:
+    def _replan_locked(self, now: float, *, incremental: bool = False) -> list[Order]:
         started = time.perf_counter()
         self._settle(now)
-        hints = [h for h in (*self._hints, *self._demand) if h.live(now)]
+        every = (*self._hints, *self._demand)
+        hints = [h for h in every if h.live(now)]
+        if self._last_at is not None:
+            # A hint that lapsed since the last round changes its model's wants: that model is touched.
+            self._touched |= {h.model for h in every if not h.live(now) and h.live(self._last_at)}
         _HINTS_ACTIVE.set(sum(1 for h in self._hints if h.live(now)))
         pending = [k.order for k in self._known.values() if not k.settled and k.order.deadline > now]
         recent = [k.order for k in self._known.values()]
         predicted = {oid: k.predicted for oid, k in self._known.items() if k.predicted is not None}
-        state = ClusterState.merge(
-            self.cluster, self._reports, pending=pending, recent=recent, predicted=predicted
+        state = ClusterState(
+            nodes=self._nodes, pending=tuple(pending), recent=tuple(recent), predicted=predicted
         )
-        result = plan_detailed(now, self._forecasts, hints, self.catalog, state, self.config, memo=self._memo)
+        touched = set(self._touched) if incremental else None
+        self._touched.clear()
+        result = plan_detailed(
+            now, self._forecasts, hints, self.catalog, state, self.config, memo=self._memo, touched=touched
+        )
+        _ROUNDS.labels("full" if result.full else "incremental").inc()
         self._last, self._last_at = result, now
         fresh = [o for o in result.orders if o.id not in self._known]
         for order in fresh:

@@ -140,38 +140,46 @@ class _Book:
 
 
 class _Books(dict[str, _Book]):
-    """The round's books by node name, and which nodes hold each model (``at``).
+    """The round's books by node name, and which nodes hold each model (``holders``).
 
     Which nodes hold a model is asked for every model of a round; found by looking into every node's
     book, it was most of a round at a hundred nodes. A book is replaced here (``books[name] = trial``),
-    never changed in place, once the round has opened the books (``reindex`` after the opening).
+    never changed in place, once the round has opened the books (``reindex`` after the opening). The
+    holders are frozen sets, replaced on change, so that a copy of the index costs one dict copy.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.at: dict[str, set[str]] = {}
+        self._at: dict[str, frozenset[str]] = {}
 
     def __setitem__(self, name: str, book: _Book) -> None:
         old = self.get(name)
         before = old.models() if old is not None else set()
         after = book.models()
+        at = self._at
         for model in before - after:
-            holders = self.at.get(model)
-            if holders is not None:
-                holders.discard(name)
+            at[model] = at.get(model, frozenset()) - {name}
         for model in after - before:
-            self.at.setdefault(model, set()).add(name)
+            at[model] = at.get(model, frozenset()) | {name}
         super().__setitem__(name, book)
 
     def reindex(self) -> None:
-        """Rebuild ``at`` after books were changed in place (only while they are being opened)."""
-        self.at = {}
+        """Rebuild the index after books were changed in place (only while they are being opened)."""
+        at: dict[str, set[str]] = {}
         for name, book in self.items():
             for model in book.models():
-                self.at.setdefault(model, set()).add(name)
+                at.setdefault(model, set()).add(name)
+        self._at = {model: frozenset(names) for model, names in at.items()}
 
-    def holders(self, model: str) -> set[str]:
-        return self.at.get(model) or set()
+    def holders(self, model: str) -> frozenset[str]:
+        return self._at.get(model, frozenset())
+
+    def copy(self) -> _Books:  # type: ignore[override]
+        """The same books and index; books are never changed in place, so they are shared."""
+        out = _Books()
+        dict.update(out, self)
+        out._at = dict(self._at)
+        return out
 
 
 @dataclass
@@ -295,15 +303,16 @@ def _protected(r: ResidentModel, now: float, config: PlannerConfig) -> bool:
     return any(now - t < config.min_residence_s for t in recent)
 
 
-def _book_pending(rnd: _Round, cluster: ClusterState) -> None:
+def _book_pending(rnd: _Round, cluster: ClusterState, books: Mapping[str, _Book] | None = None) -> None:
     """Orders already out but not yet reflected in a report hold their bytes in this round too.
 
     Each is booked as the executor will carry it out (``prewarm.admit`` and ``prewarm.effect``): one it
     would refuse changes nothing. A prefetch's copies are never victims this round; a demoted copy keeps
     what it was worth where it was. An L0 copy goes on the GPUs its order names.
     """
+    books = rnd.books if books is None else books  # these books only: the others are booked already
     for order in sorted(cluster.pending, key=lambda o: (o.not_before, o.id)):
-        book = rnd.books.get(order.node)
+        book = books.get(order.node)
         spec = rnd.catalog.get(order.model)
         if book is None or spec is None:
             continue

@@ -10,7 +10,7 @@ on request, each demoted model's next request being one.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from forecaster import ModelForecast
 from models import ModelSpec
@@ -67,7 +67,7 @@ def _bets(cluster: ClusterState, now: float) -> dict[tuple[str, str], list[Order
     return out
 
 
-def _demote_mispredictions(rnd: _Round, cluster: ClusterState) -> None:
+def _demote_mispredictions(rnd: _Round, cluster: ClusterState, nodes: Collection[str] | None = None) -> None:
     """Demote, one tier down, each prefetched copy that served no request within the misprediction
     window of the time its demand was predicted; count it once.
 
@@ -76,11 +76,12 @@ def _demote_mispredictions(rnd: _Round, cluster: ClusterState) -> None:
     copy: the host copy an L0 prefetch left on its way is not a second bet, nor is the copy a
     misprediction demoted into. The window counts from the prefetch's predicted demand as the round
     that ordered it recorded it (``ClusterState.predicted``); for a copy whose order is not known (a
-    restart lost it, or someone else loaded it), from when it was loaded.
+    restart lost it, or someone else loaded it), from when it was loaded. ``nodes``: judge these only
+    (an incremental round: see ``_incremental``).
     """
     now, config, wants = rnd.now, rnd.config, rnd.wants
     bets = _bets(cluster, now)
-    for name in sorted(rnd.books):
+    for name in sorted(rnd.books if nodes is None else nodes):
         node = rnd.books[name].node
         for tier in (Tier.L0, Tier.L1):
             for r in node.residents(tier):
@@ -171,7 +172,9 @@ def _now_decision(
     )
 
 
-def _release_priced(rnd: _Round, forecasts: Mapping[str, ModelForecast]) -> None:
+def _release_priced(
+    rnd: _Round, forecasts: Mapping[str, ModelForecast], nodes: Collection[str] | None = None
+) -> None:
     """Where memory has a price, release (one tier down) each copy whose hold is worth less than it costs.
 
     Held until the next decision, a copy costs ``memory_price`` × GB for as long as it waits for a
@@ -183,14 +186,14 @@ def _release_priced(rnd: _Round, forecasts: Mapping[str, ModelForecast]) -> None
     divided by how often the model is used) a Poisson model's use cancels out, so what decides is its
     size alone. A prefetch still within its misprediction window is the misprediction rule's; pinned,
     recently used or loaded, and this round's copies are never released; a model with no forecast is
-    left alone (no signal, no decision).
+    left alone (no signal, no decision). ``nodes``: these only (an incremental round).
     """
     config = rnd.config
     if config.memory_price <= 0:
         return
     now, step = rnd.now, config.decision_interval_s
     cost_per_gb_s = config.memory_price / 60.0
-    for name in sorted(rnd.books):
+    for name in sorted(rnd.books if nodes is None else nodes):
         for tier in (Tier.L0, Tier.L1):
             for entry in sorted(rnd.books[name].held[tier].values(), key=lambda e: e.model):
                 book = rnd.books[name]  # a release below replaces the book

@@ -209,6 +209,28 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
     )
 
 
+def _place_all(
+    rnd: _Round, candidates: list[list[_Candidate]], traffic: Mapping[str, float], loads: dict[str, float]
+) -> None:
+    """Place each model's candidate, most urgent first. ``loads``: each node's load (``_least_loaded``)
+    for the books as they are now; a node's figure is dropped once its book changes."""
+    # Demand first, then the soonest start, then the most value per byte.
+    candidates.sort(
+        key=lambda cs: (
+            not cs[0].want.demand,
+            cs[0].not_before,
+            -cs[0].value / cs[0].spec.size_bytes,
+            cs[0].spec.id,
+        )
+    )
+    for options in candidates:
+        # The node is chosen now, against the books as earlier placements left them: chosen up front,
+        # every tie went to the same node and one node held the whole catalog while the other idled.
+        chosen = options[0] if len(options) == 1 else _least_loaded(rnd, options, traffic, loads)
+        _place(rnd, chosen)
+        loads.pop(chosen.node, None)  # only that node's book changed
+
+
 def _least_loaded(
     rnd: _Round, options: Sequence[_Candidate], traffic: Mapping[str, float], loads: dict[str, float]
 ) -> _Candidate:
