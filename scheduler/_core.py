@@ -84,13 +84,17 @@ class SchedulerCore:
         dispatch: Callable[[Sequence[Order]], None],
         clock: Callable[[], float] = time.time,
         max_hints: int = 10_000,
+        incremental: bool = True,
     ) -> None:
+        """``incremental``: plan hints, demand changes and reports in incremental rounds (False: every
+        round is a full one, as a baseline to compare with)."""
         self.catalog = catalog
         self.cluster = cluster
         self.config = config
         self._dispatch = dispatch
         self._clock = clock
         self._max_hints = max_hints
+        self._incremental = incremental
         self._lock = threading.RLock()
         self._hints: list[Hint] = []
         self._demand: list[Hint] = []
@@ -212,7 +216,7 @@ class SchedulerCore:
         state = ClusterState(
             nodes=self._nodes, pending=tuple(pending), recent=tuple(recent), predicted=predicted
         )
-        touched = set(self._touched) if incremental else None
+        touched = set(self._touched) if incremental and self._incremental else None
         self._touched.clear()
         result = plan_detailed(
             now, self._forecasts, hints, self.catalog, state, self.config, memo=self._memo, touched=touched
