@@ -204,6 +204,9 @@ class _Round:
     open_bets: set[tuple[str, str]] = field(default_factory=set)
     """(node, model) of prefetched copies still within their misprediction window."""
 
+    keep_values: dict[tuple[str, Tier, tuple[float, ...]], float] = field(default_factory=dict)
+    """What keeping a resident is worth, by (model, tier, the node's link rates): the same on every node
+    alike, and, in an incremental round, kept from the last round for the models it does not touch."""
     _classes: list[list[str]] | None = None
     _positions: dict[str, int] | None = None
 
@@ -246,11 +249,15 @@ def _open_book(rnd: _Round, node: NodeState) -> _Book:
         for r in node.residents(tier):
             spec = catalog.get(r.model)
             in_catalog = spec is not None and spec.version == r.version
-            value = (
-                rnd.valuer.keep_value(spec, wants.get(r.model, []), node, tier, now)
-                if spec is not None and in_catalog
-                else 0.0
-            )
+            value = 0.0
+            if spec is not None and in_catalog:
+                memo = (r.model, tier, node.hop_rates)
+                kept = rnd.keep_values.get(memo)
+                if kept is None:
+                    kept = rnd.keep_values[memo] = rnd.valuer.keep_value(
+                        spec, wants.get(r.model, []), node, tier, now
+                    )
+                value = kept
             # A copy of another version still takes bytes but never counts as holding the model.
             key = r.model if in_catalog else f"{r.model}@{r.version}"
             held[tier][key] = _Entry(

@@ -53,11 +53,17 @@ def _cooldowns(cluster: ClusterState, now: float, config: PlannerConfig) -> set[
     return cooling
 
 
-def _bets(cluster: ClusterState, now: float) -> dict[tuple[str, str], list[Order]]:
-    """Per (node, model), the speculative prefetches and misprediction orders already out, oldest first."""
+def _bets(
+    cluster: ClusterState, now: float, nodes: Collection[str] | None = None
+) -> dict[tuple[str, str], list[Order]]:
+    """Per (node, model), the speculative prefetches and misprediction orders already out, oldest first;
+    on ``nodes`` only, where given."""
     out: dict[tuple[str, str], list[Order]] = {}
     seen: set[str] = set()
-    for o in sorted((*cluster.recent, *cluster.pending), key=lambda o: (o.not_before, o.created_at, o.id)):
+    orders = (*cluster.recent, *cluster.pending)
+    if nodes is not None:
+        orders = tuple(o for o in orders if o.node in nodes)
+    for o in sorted(orders, key=lambda o: (o.not_before, o.created_at, o.id)):
         if o.id in seen or o.not_before > now:
             continue
         seen.add(o.id)
@@ -80,8 +86,9 @@ def _demote_mispredictions(rnd: _Round, cluster: ClusterState, nodes: Collection
     (an incremental round: see ``_incremental``).
     """
     now, config, wants = rnd.now, rnd.config, rnd.wants
-    bets = _bets(cluster, now)
-    for name in sorted(rnd.books if nodes is None else nodes):
+    judged = set(rnd.books if nodes is None else nodes)
+    bets = _bets(cluster, now, judged if nodes is not None else None)
+    for name in sorted(judged):
         node = rnd.books[name].node
         for tier in (Tier.L0, Tier.L1):
             for r in node.residents(tier):

@@ -39,7 +39,7 @@ from typing import Protocol
 
 from forecaster import ModelForecast
 from models import Catalog
-from prewarm import CACHE_TIERS, Hint, Tier, admit
+from prewarm import CACHE_TIERS, Hint, Order, Tier, admit
 from scheduler._cluster import ClusterState, NodeState
 from scheduler._planner._book import _Book, _book_pending, _Books, _open_book, _Round
 from scheduler._planner._config import Plan, PlannerConfig
@@ -68,6 +68,8 @@ class _Kept:
     gains: Mapping[str, Mapping[Tier, float]]
     valuer: _Valuer
     candidates: Mapping[str, list[_Candidate]]  # the models whose candidate was not empty
+    keep_values: Mapping[tuple[str, Tier, tuple[float, ...]], float]  # see _Round.keep_values
+    classes: list[list[str]]  # _Round.classes: the same while every node stays alike
     cooling: set[str]
     traffic: Mapping[str, float]
     loads: Mapping[str, tuple[_Book, float]]  # per node, its load for that book
@@ -75,14 +77,17 @@ class _Kept:
 
 def _pending_keys(rnd: _Round, cluster: ClusterState) -> dict[str, tuple[str, ...]]:
     """Per node, the ids of the orders still out that ``_book_pending`` books there, in its order."""
-    keys: dict[str, list[str]] = {name: [] for name in cluster.nodes}
-    for order in sorted(cluster.pending, key=lambda o: (o.not_before, o.id)):
+    keys: dict[str, list[Order]] = {name: [] for name in cluster.nodes}
+    for order in cluster.pending:
         ids = keys.get(order.node)
         spec = rnd.catalog.get(order.model)
         if ids is None or spec is None or admit(order, rnd.now, node=order.node, spec=spec):
             continue
-        ids.append(order.id)
-    return {name: tuple(ids) for name, ids in keys.items()}
+        ids.append(order)
+    # Each node's in the order of the whole, sorted as _book_pending sorts it.
+    return {
+        name: tuple(o.id for o in sorted(os, key=lambda o: (o.not_before, o.id))) for name, os in keys.items()
+    }
 
 
 def _reusable(
@@ -154,6 +159,12 @@ def _incremental(
             wants.pop(model, None)
     rnd = _Round(now=now, config=config, catalog=catalog, wants=wants, gains=gains, valuer=valuer)
     rnd.books = kept.opened.copy()
+    rnd.keep_values = dict(kept.keep_values)
+    for model in touched:  # their wants changed: what keeping them is worth too
+        for tier in CACHE_TIERS:
+            for node in nodes:
+                rnd.keep_values.pop((model, tier, node.hop_rates), None)
+    rnd._classes = kept.classes
     keys = _pending_keys(rnd, cluster)
     reopen = {n for n, node in cluster.nodes.items() if node is not kept.nodes[n] or keys[n] != kept.keys[n]}
     for model in touched:
@@ -192,6 +203,7 @@ def _incremental(
         wants=wants,
         gains=gains,
         candidates=candidates,
+        keep_values=rnd.keep_values,
         cooling=cooling,
         loads={n: (rnd.books[n], load) for n, load in loads.items()},
     )

@@ -109,6 +109,8 @@ def plan_detailed(
         gains=gains,
         valuer=valuer,
         candidates=candidates,
+        keep_values=rnd.keep_values,
+        classes=rnd.classes(),
         cooling=cooling,
         traffic=traffic,
         loads={n: (rnd.books[n], load) for n, load in loads.items()},

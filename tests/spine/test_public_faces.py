@@ -208,6 +208,7 @@ PINNED = {
         "Runtime",
         "SchedulerCore",
         "bench_hints",
+        "bench_plan",
         "create_app",
         "order_id",
         "plan",
