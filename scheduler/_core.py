@@ -179,20 +179,25 @@ class SchedulerCore:
         with self._lock:
             self.catalog = catalog
 
-    def observe(self, report: ExecutorState, *, replan: bool = False) -> list[Order]:
-        """Keep the newest report of each node (the next round settles the orders it shows done).
-
-        ``replan``: plan what the report changed at once (an incremental round: the node's book is
-        opened again, and the models whose place on it changed are planned again); the new orders."""
+    def observe(self, report: ExecutorState) -> None:
+        """Keep the newest report of each node (the next round settles the orders it shows done)."""
         with self._lock:
-            current = self._reports.get(report.node)
-            if current is not None and current.at > report.at:
-                return []
-            self._reports[report.node] = report
-            self._nodes[report.node] = ClusterState.merge(self.cluster, {report.node: report}).nodes[
-                report.node
-            ]
-            return self._replan_locked(self._clock(), incremental=True) if replan else []
+            self._observe_locked(report)
+
+    def observe_and_plan(self, report: ExecutorState) -> list[Order]:
+        """``observe``, then plan what the report changed at once (an incremental round: the node's
+        book is opened again, and the models whose place on it changed are planned again); the new
+        orders."""
+        with self._lock:
+            self._observe_locked(report)
+            return self._replan_locked(self._clock(), incremental=True)
+
+    def _observe_locked(self, report: ExecutorState) -> None:
+        current = self._reports.get(report.node)
+        if current is not None and current.at > report.at:
+            return
+        self._reports[report.node] = report
+        self._nodes[report.node] = ClusterState.merge(self.cluster, {report.node: report}).nodes[report.node]
 
     # ------------------------------------------------------------------ planning
 

@@ -174,7 +174,7 @@ class _Books(dict[str, _Book]):
     def holders(self, model: str) -> frozenset[str]:
         return self._at.get(model, frozenset())
 
-    def copy(self) -> _Books:  # type: ignore[override]
+    def copy(self) -> _Books:
         """The same books and index; books are never changed in place, so they are shared."""
         out = _Books()
         dict.update(out, self)

@@ -199,7 +199,7 @@ def test_incremental_rounds_hand_out_what_full_rounds_hand_out(scenario: tuple[W
         elif kind == "report":
             executors.carry_out(subject, inc_sent, clock[0])
             state = executors.report(subject, clock[0])
-            got, want = inc.observe(state, replan=True), full.observe(state, replan=True)
+            got, want = inc.observe_and_plan(state), full.observe_and_plan(state)
         else:
             clock[0] += x
             got, want = inc.replan(), full.replan()
