@@ -108,6 +108,8 @@ class SchedulerCore:
         # of the nodes whose state object changed.
         self._nodes: dict[str, NodeState] = dict(ClusterState.merge(cluster, {}).nodes)
         self._touched: set[str] = set()  # models whose signals changed since the last round
+        self._unsettled: set[str] = set()  # ids of the known orders not settled yet
+        self._predicted: dict[str, float] = {}  # a known prefetch's predicted demand, by order id
 
     # ------------------------------------------------------------------ inputs
 
@@ -145,7 +147,9 @@ class SchedulerCore:
                     self._hints.append(hint)
                     self._touched.add(hint.model)
             for order in orders:
-                self._known.setdefault(order.id, _Known(order, settled=False))
+                if order.id not in self._known:
+                    self._known[order.id] = _Known(order, settled=False)
+                    self._unsettled.add(order.id)
 
     def set_signals(
         self, *, forecasts: Mapping[str, ModelForecast] | None = None, demand: Sequence[Hint] | None = None
@@ -208,20 +212,21 @@ class SchedulerCore:
 
     def _replan_locked(self, now: float, *, incremental: bool = False) -> list[Order]:
         started = time.perf_counter()
-        self._settle(now)
+        full = not (incremental and self._incremental)
+        self._settle(now, prune=full)
         every = (*self._hints, *self._demand)
         hints = [h for h in every if h.live(now)]
         if self._last_at is not None:
             # A hint that lapsed since the last round changes its model's wants: that model is touched.
             self._touched |= {h.model for h in every if not h.live(now) and h.live(self._last_at)}
         _HINTS_ACTIVE.set(sum(1 for h in self._hints if h.live(now)))
-        pending = [k.order for k in self._known.values() if not k.settled and k.order.deadline > now]
+        # Every round sorts the orders still out as it needs them: the set's order does not matter.
+        pending = [o for o in (self._known[i].order for i in self._unsettled) if o.deadline > now]
         recent = [k.order for k in self._known.values()]
-        predicted = {oid: k.predicted for oid, k in self._known.items() if k.predicted is not None}
         state = ClusterState(
-            nodes=self._nodes, pending=tuple(pending), recent=tuple(recent), predicted=predicted
+            nodes=self._nodes, pending=tuple(pending), recent=tuple(recent), predicted=dict(self._predicted)
         )
-        touched = set(self._touched) if incremental and self._incremental else None
+        touched = None if full else set(self._touched)
         self._touched.clear()
         result = plan_detailed(
             now, self._forecasts, hints, self.catalog, state, self.config, memo=self._memo, touched=touched
@@ -230,7 +235,11 @@ class SchedulerCore:
         self._last, self._last_at = result, now
         fresh = [o for o in result.orders if o.id not in self._known]
         for order in fresh:
-            self._known[order.id] = _Known(order, settled=False, predicted=result.predicted.get(order.id))
+            predicted = result.predicted.get(order.id)
+            self._known[order.id] = _Known(order, settled=False, predicted=predicted)
+            self._unsettled.add(order.id)
+            if predicted is not None:
+                self._predicted[order.id] = predicted
             _ORDERS.labels(order.action.value, order.reason.value).inc()
             if order.reason is OrderReason.MISPREDICTION:
                 _MISPREDICTIONS.inc()
@@ -240,20 +249,28 @@ class SchedulerCore:
             self._dispatch(fresh)
         return fresh
 
-    def _settle(self, now: float) -> None:
-        # A prefetch is kept until its misprediction window has surely closed (it counts from the
-        # predicted demand, at the latest the order's deadline) and the cool-down after it too.
-        horizon = self.config.cooldown_s + self.config.misprediction_window_s
+    def _settle(self, now: float, *, prune: bool = True) -> None:
+        """Mark the orders a report shows done (or answered) settled; ``prune``: also forget the long
+        past ones (a full round's chore: an incremental round looks at the unsettled orders only)."""
+        if prune:
+            # A prefetch is kept until its misprediction window has surely closed (it counts from the
+            # predicted demand, at the latest the order's deadline) and the cool-down after it too.
+            horizon = self.config.cooldown_s + self.config.misprediction_window_s
+            memory = max(horizon, self.config.misprediction_memory_s)
+            for oid, known in list(self._known.items()):
+                # A misprediction is remembered longer: each one since the model last served a request
+                # doubles its cool-down.
+                keep = memory if known.order.reason is OrderReason.MISPREDICTION else horizon
+                if known.order.deadline < now - keep:
+                    del self._known[oid]  # long past: no longer needed even for cool-downs
+                    self._unsettled.discard(oid)
+                    self._predicted.pop(oid, None)
         answered = {o.order_id for r in self._reports.values() for o in r.recent_outcomes}
-        memory = max(horizon, self.config.misprediction_memory_s)
-        for oid, known in list(self._known.items()):
-            # A misprediction is remembered longer: each one since the model last served a request
-            # doubles its cool-down.
-            keep = memory if known.order.reason is OrderReason.MISPREDICTION else horizon
-            if known.order.deadline < now - keep:
-                del self._known[oid]  # long past: no longer needed even for cool-downs
-            elif not known.settled and (oid in answered or _reflected(known.order, self._reports)):
+        for oid in list(self._unsettled):
+            known = self._known[oid]
+            if oid in answered or _reflected(known.order, self._reports):
                 self._known[oid] = _Known(known.order, settled=True, predicted=known.predicted)
+                self._unsettled.discard(oid)
 
     # ------------------------------------------------------------------ views (for the API)
 
