@@ -44,7 +44,7 @@ from scheduler._cluster import ClusterState, NodeState
 from scheduler._planner._book import _Book, _book_pending, _Books, _open_book, _Round
 from scheduler._planner._config import Plan, PlannerConfig
 from scheduler._planner._eviction import _cooldowns, _demote_mispredictions, _release_priced
-from scheduler._planner._placement import _best_candidate, _Candidate, _payers, _place_all
+from scheduler._planner._placement import _best_candidate, _Candidate, _Failure, _payers, _place_all
 from scheduler._planner._value import _Valuer
 from scheduler._planner._wants import _Want, _wants, _WindowCache
 
@@ -68,6 +68,7 @@ class _Kept:
     gains: Mapping[str, Mapping[Tier, float]]
     valuer: _Valuer
     candidates: Mapping[str, list[_Candidate]]  # the models whose candidate was not empty
+    failed: Mapping[str, _Failure]  # the candidates deferred, with what they were deferred against
     keep_values: Mapping[tuple[str, Tier, tuple[float, ...]], float]  # see _Round.keep_values
     classes: list[list[str]]  # _Round.classes: the same while every node stays alike
     cooling: set[str]
@@ -179,9 +180,11 @@ def _incremental(
     judged = None if config.memory_price > 0 else reopen  # open bets are what release_priced reads
     _demote_mispredictions(rnd, cluster, judged)
     cooling = _cooldowns(cluster, now, config) | {model for _, model in rnd.mispredictions}
-    redo = touched | moved | set(kept.candidates) | (cooling ^ kept.cooling) | rnd.moved
-    candidates: dict[str, list[_Candidate]] = {}
-    for model in redo:
+    changed = touched | moved | (cooling ^ kept.cooling) | rnd.moved
+    # A candidate depends on the model's wants, its place on every node and its cool-down: where none
+    # changed, the last round's is this round's (the same object, so ``_place_all`` can tell).
+    candidates = {m: c for m, c in kept.candidates.items() if m not in changed and m in wants}
+    for model in changed:
         model_wants = wants.get(model)
         if not model_wants:
             continue
@@ -191,7 +194,7 @@ def _incremental(
         if options:
             candidates[model] = options
     loads = {n: load for n, (book, load) in kept.loads.items() if rnd.books.get(n) is book}
-    _place_all(rnd, list(candidates.values()), kept.traffic, loads)
+    failed = _place_all(rnd, list(candidates.values()), kept.traffic, loads, kept.failed)
     if config.memory_price > 0:
         _release_priced(rnd, forecasts, reopen | {o.node for o in rnd.orders})
     memo.kept = replace(
@@ -203,6 +206,7 @@ def _incremental(
         wants=wants,
         gains=gains,
         candidates=candidates,
+        failed=failed,
         keep_values=rnd.keep_values,
         cooling=cooling,
         loads={n: (rnd.books[n], load) for n, load in loads.items()},

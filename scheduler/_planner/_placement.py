@@ -209,11 +209,27 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
     )
 
 
+_Failure = tuple[list[_Candidate], tuple[_Book, ...], bool, tuple[bool, ...], Placement]
+"""A candidate that was deferred: its options, their nodes' books then, whether the model had been
+moved, whether each model in host memory on the chosen node was held in GPU memory somewhere (what
+``_reserve`` reads), and what was deferred."""
+
+
 def _place_all(
-    rnd: _Round, candidates: list[list[_Candidate]], traffic: Mapping[str, float], loads: dict[str, float]
-) -> None:
+    rnd: _Round,
+    candidates: list[list[_Candidate]],
+    traffic: Mapping[str, float],
+    loads: dict[str, float],
+    failed: Mapping[str, _Failure] | None = None,
+) -> dict[str, _Failure]:
     """Place each model's candidate, most urgent first. ``loads``: each node's load (``_least_loaded``)
-    for the books as they are now; a node's figure is dropped once its book changes."""
+    for the books as they are now; a node's figure is dropped once its book changes.
+
+    ``failed``: candidates deferred by an earlier round (``_incremental``). Placing one again against
+    the same books, with nothing ``_place`` reads changed, defers it again: it is deferred without
+    trying. Returns the candidates deferred now, for the next round.
+    """
+    deferred: dict[str, _Failure] = {}
     # Demand first, then the soonest start, then the most value per byte.
     candidates.sort(
         key=lambda cs: (
@@ -224,11 +240,41 @@ def _place_all(
         )
     )
     for options in candidates:
+        model = options[0].spec.id
+        before = failed.get(model) if failed else None
+        if before is not None and before[0] is options and _fails_again(rnd, before):
+            rnd.deferred.append(before[4])
+            deferred[model] = before
+            continue
         # The node is chosen now, against the books as earlier placements left them: chosen up front,
         # every tie went to the same node and one node held the whole catalog while the other idled.
         chosen = options[0] if len(options) == 1 else _least_loaded(rnd, options, traffic, loads)
+        books = tuple(rnd.books[c.node] for c in options)
+        moved = model in rnd.moved
+        reserve = _reserve_inputs(rnd, rnd.books[chosen.node])
+        placed = len(rnd.placements)
         _place(rnd, chosen)
+        if len(rnd.placements) == placed:  # deferred: nothing changed
+            deferred[model] = (options, books, moved, reserve, rnd.deferred[-1])
         loads.pop(chosen.node, None)  # only that node's book changed
+    return deferred
+
+
+def _reserve_inputs(rnd: _Round, book: _Book) -> tuple[bool, ...]:
+    return tuple(rnd.held(m, Tier.L0) for m in book.held[Tier.L1])
+
+
+def _fails_again(rnd: _Round, failure: _Failure) -> bool:
+    """Whether placing a deferred candidate again would defer it again: the same books on its nodes
+    (so the same node is chosen, the same room can be made), the same moved state, and the same
+    answers to what ``_reserve`` asks."""
+    options, books, moved, reserve, _ = failure
+    if any(rnd.books.get(c.node) is not b for c, b in zip(options, books, strict=True)):
+        return False
+    if (options[0].spec.id in rnd.moved) != moved:
+        return False
+    chosen = rnd.books[failure[4].node]
+    return _reserve_inputs(rnd, chosen) == reserve
 
 
 def _least_loaded(

@@ -94,7 +94,7 @@ def plan_detailed(
         if m in catalog
     }
     loads: dict[str, float] = {}
-    _place_all(rnd, list(candidates.values()), traffic, loads)
+    failed = _place_all(rnd, list(candidates.values()), traffic, loads)
     _release_priced(rnd, forecasts)
     memo.kept = _Kept(
         at=now,
@@ -109,6 +109,7 @@ def plan_detailed(
         gains=gains,
         valuer=valuer,
         candidates=candidates,
+        failed=failed,
         keep_values=rnd.keep_values,
         classes=rnd.classes(),
         cooling=cooling,
