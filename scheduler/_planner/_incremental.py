@@ -18,17 +18,20 @@ candidates that were not empty, the cool-downs. A round told which models' signa
   price, on the nodes this round placed on): on the others nothing changed since the round that judged
   them, or its orders would have changed the node's orders still out.
 
-Candidates are then placed most urgent first into the books, as a full round places them. So a round
+Candidates are then placed most urgent first into the books, as a full round places them; one that
+the last round deferred, and whose nodes' books, moved state and ``_reserve`` answers are unchanged,
+is deferred again without trying (``_place_all``: it would fail the same way). So a round
 at the ``now`` of the state it starts from plans exactly what a full round would (orders, placements,
 deferred: tests/scheduler/test_planner_incremental.py checks it over random sequences of hints,
 reports and rounds). At a later ``now`` what it does not touch is as the last round saw it: another
 model's hint that has expired since, a forecast window that moved, a misprediction window that closed
-on an untouched node, a protection (``min_residence_s``) that lapsed, and, to choose among equally
-good nodes, the traffic of the last full round. That lasts until the next full round, which the caller
-runs on the planning interval: a round more than ``decision_interval_s`` after the last full one is a
-full one, as is a round with other forecasts (a refresh: a new mapping object), another catalog or
-config, another set of nodes, a node whose link rates or capacities changed, or more than
-``_MAX_TOUCHED`` models touched.
+on an untouched node, a protection (``min_residence_s``) that lapsed, an unchanged candidate's start
+time (and whether a deferred one would now fit beside the room ``_reserve`` keeps), and, to choose
+among equally good nodes, the traffic of the last full round. That lasts until the next full round,
+which the caller runs on the planning interval: a round more than ``decision_interval_s`` after the
+last full one is a full one, as is a round with other forecasts (a refresh: a new mapping object),
+another catalog or config, another set of nodes, a node whose link rates or capacities changed, or
+more than ``_MAX_TOUCHED`` models touched.
 """
 
 from __future__ import annotations
