@@ -4,7 +4,8 @@
 
 ``plan`` is pure (the simulator calls it with a virtual clock). Around it: ``SchedulerCore`` (planning
 state shared by the API and the runtime), ``create_app`` (the hint API), ``Runtime`` (APScheduler with a
-persistent job store, Kafka in and out), and ``bench_hints`` (``prewarm bench hints``). Those are imported
+persistent job store, Kafka in and out), ``bench_hints`` (``prewarm bench hints``) and ``bench_plan``
+(``prewarm bench plan``). Those are imported
 on first use, so a user of the planner alone never loads FastAPI, APScheduler or kafka-python.
 """
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from scheduler._api import create_app
     from scheduler._bench import bench_hints
     from scheduler._core import SchedulerCore
+    from scheduler._plan_bench import bench_plan
     from scheduler._runtime import Runtime
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "Runtime",
     "SchedulerCore",
     "bench_hints",
+    "bench_plan",
     "create_app",
     "order_id",
     "plan",
@@ -60,4 +63,8 @@ def __getattr__(name: str) -> Any:
         from scheduler._bench import bench_hints
 
         return bench_hints
+    if name == "bench_plan":
+        from scheduler._plan_bench import bench_plan
+
+        return bench_plan
     raise AttributeError(f"module 'scheduler' has no attribute {name!r}")

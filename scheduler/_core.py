@@ -5,6 +5,13 @@ here behind one lock. ``replan`` runs the pure planner over them and hands only 
 ``dispatch``, which the runtime wires to its timed publisher and the tests to a list. Slow inputs
 (forecasts, recent demand) are refreshed by the runtime's interval job and cached here, so a hint
 triggers a round that costs only the planner itself.
+
+``replan()`` (the interval job, after each forecast refresh) is a full round. A hint, a change of
+demand signals or, when asked, an executor's report plans an incremental round: only the models whose
+signals changed, and the nodes whose report or orders changed, are planned again, against the books
+the full round left (see ``scheduler._planner._incremental`` for what that keeps exact). The merged
+state of each node is kept between rounds and rebuilt only when its node reports, so that the rounds
+can tell which nodes changed.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from prewarm import (
     histogram,
 )
 from scheduler import _metrics
-from scheduler._cluster import Cluster, ClusterState
+from scheduler._cluster import Cluster, ClusterState, NodeState
 from scheduler._planner import Plan, PlannerConfig, PlannerMemo, plan_detailed
 
 __all__ = ["SchedulerCore"]
@@ -49,6 +56,11 @@ _PLAN_SECONDS = histogram(
     "prewarm_scheduler_plan_seconds",
     "Time of one planning round.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+_ROUNDS = counter(
+    "prewarm_scheduler_rounds_total",
+    "Planning rounds, by kind: full, or incremental (only what an event touched).",
+    ["kind"],
 )
 _DEFERRED = gauge("prewarm_scheduler_deferred_models", "Prefetches worth doing that wait for room.")
 _HINTS_ACTIVE = gauge("prewarm_scheduler_hints_active", "Hints whose window has not passed.")
@@ -73,13 +85,17 @@ class SchedulerCore:
         dispatch: Callable[[Sequence[Order]], None],
         clock: Callable[[], float] = time.time,
         max_hints: int = 10_000,
+        incremental: bool = True,
     ) -> None:
+        """``incremental``: plan hints, demand changes and reports in incremental rounds (False: every
+        round is a full one, as a baseline to compare with)."""
         self.catalog = catalog
         self.cluster = cluster
         self.config = config
         self._dispatch = dispatch
         self._clock = clock
         self._max_hints = max_hints
+        self._incremental = incremental
         self._lock = threading.RLock()
         self._hints: list[Hint] = []
         self._demand: list[Hint] = []
@@ -89,6 +105,12 @@ class SchedulerCore:
         self._last: Plan | None = None
         self._last_at: float | None = None
         self._memo = PlannerMemo()  # forecast windows kept between rounds: a hint's round values few
+        # Each node's merged state, rebuilt only when it reports: an incremental round reopens the books
+        # of the nodes whose state object changed.
+        self._nodes: dict[str, NodeState] = dict(ClusterState.merge(cluster, {}).nodes)
+        self._touched: set[str] = set()  # models whose signals changed since the last round
+        self._unsettled: set[str] = set()  # ids of the known orders not settled yet
+        self._predicted: dict[str, float] = {}  # a known prefetch's predicted demand, by order id
 
     # ------------------------------------------------------------------ inputs
 
@@ -107,7 +129,8 @@ class SchedulerCore:
             if len(self._hints) >= self._max_hints:
                 self._hints.pop(0)  # the oldest goes first: a flood cannot grow memory without bound
             self._hints.append(stamped)
-            orders = self._replan_locked(now)
+            self._touched.add(hint.model)
+            orders = self._replan_locked(now, incremental=True)
         return stamped, [o for o in orders if o.model == hint.model]
 
     def restore(self, hints: Sequence[Hint] = (), orders: Sequence[Order] = ()) -> None:
@@ -123,18 +146,38 @@ class SchedulerCore:
                 fresh = (hint.model, hint.source, hint.received_at) not in known
                 if fresh and hint.live(now) and hint.model in self.catalog:
                     self._hints.append(hint)
+                    self._touched.add(hint.model)
             for order in orders:
-                self._known.setdefault(order.id, _Known(order, settled=False))
+                if order.id not in self._known:
+                    self._known[order.id] = _Known(order, settled=False)
+                    self._unsettled.add(order.id)
 
     def set_signals(
         self, *, forecasts: Mapping[str, ModelForecast] | None = None, demand: Sequence[Hint] | None = None
     ) -> None:
-        """Replace the cached forecasts and demand hints (refreshed by the interval job)."""
+        """Replace the cached forecasts and demand hints (refreshed by the interval job).
+
+        New forecasts make the next round a full one; changed demand touches only its models."""
         with self._lock:
             if forecasts is not None:
                 self._forecasts = dict(forecasts)
             if demand is not None:
-                self._demand = list(demand)
+                demand = list(demand)
+                before: dict[str, list[Hint]] = {}
+                after: dict[str, list[Hint]] = {}
+                for h in self._demand:
+                    before.setdefault(h.model, []).append(h)
+                for h in demand:
+                    after.setdefault(h.model, []).append(h)
+                self._touched |= {m for m in before.keys() | after.keys() if before.get(m) != after.get(m)}
+                self._demand = demand
+
+    def add_demand(self, demand: Sequence[Hint]) -> list[Order]:
+        """Replace the demand hints and plan what changed at once (an incremental round); the new
+        orders."""
+        with self._lock:
+            self.set_signals(demand=demand)
+            return self._replan_locked(self._clock(), incremental=True)
 
     def update_catalog(self, catalog: Catalog) -> None:
         """Plan with a new catalog from the next round on (new versions, new or retired models)."""
@@ -144,35 +187,67 @@ class SchedulerCore:
     def observe(self, report: ExecutorState) -> None:
         """Keep the newest report of each node (the next round settles the orders it shows done)."""
         with self._lock:
-            current = self._reports.get(report.node)
-            if current is not None and current.at > report.at:
-                return
-            self._reports[report.node] = report
-        _metrics.observed(report)
+            fresh = self._observe_locked(report)
+        if fresh:
+            _metrics.observed(report)
+
+    def observe_and_plan(self, report: ExecutorState) -> list[Order]:
+        """``observe``, then plan what the report changed at once (an incremental round: the node's
+        book is opened again, and the models whose place on it changed are planned again); the new
+        orders."""
+        with self._lock:
+            fresh = self._observe_locked(report)
+            orders = self._replan_locked(self._clock(), incremental=True)
+        if fresh:
+            _metrics.observed(report)
+        return orders
+
+    def _observe_locked(self, report: ExecutorState) -> bool:
+        """Keep ``report`` unless the node's kept one is newer; whether it was kept."""
+        current = self._reports.get(report.node)
+        if current is not None and current.at > report.at:
+            return False
+        self._reports[report.node] = report
+        self._nodes[report.node] = ClusterState.merge(self.cluster, {report.node: report}).nodes[report.node]
+        return True
 
     # ------------------------------------------------------------------ planning
 
     def replan(self) -> list[Order]:
-        """One planning round now; returns (and dispatches) the orders not handed out before."""
+        """One full planning round now; returns (and dispatches) the orders not handed out before."""
         with self._lock:
             return self._replan_locked(self._clock())
 
-    def _replan_locked(self, now: float) -> list[Order]:
+    def _replan_locked(self, now: float, *, incremental: bool = False) -> list[Order]:
         started = time.perf_counter()
-        self._settle(now)
-        hints = [h for h in (*self._hints, *self._demand) if h.live(now)]
+        full = not (incremental and self._incremental)
+        self._settle(now, prune=full)
+        every = (*self._hints, *self._demand)
+        hints = [h for h in every if h.live(now)]
+        if self._last_at is not None:
+            # A hint that lapsed since the last round changes its model's wants: that model is touched.
+            self._touched |= {h.model for h in every if not h.live(now) and h.live(self._last_at)}
         _HINTS_ACTIVE.set(sum(1 for h in self._hints if h.live(now)))
-        pending = [k.order for k in self._known.values() if not k.settled and k.order.deadline > now]
+        # Every round sorts the orders still out as it needs them: the set's order does not matter.
+        pending = [o for o in (self._known[i].order for i in self._unsettled) if o.deadline > now]
         recent = [k.order for k in self._known.values()]
-        predicted = {oid: k.predicted for oid, k in self._known.items() if k.predicted is not None}
-        state = ClusterState.merge(
-            self.cluster, self._reports, pending=pending, recent=recent, predicted=predicted
+        state = ClusterState(
+            nodes=self._nodes, pending=tuple(pending), recent=tuple(recent), predicted=dict(self._predicted)
         )
-        result = plan_detailed(now, self._forecasts, hints, self.catalog, state, self.config, memo=self._memo)
+        touched = None if full else set(self._touched)
+        self._touched.clear()
+        result = plan_detailed(
+            now, self._forecasts, hints, self.catalog, state, self.config, memo=self._memo, touched=touched
+        )
+        _ROUNDS.labels("full" if result.full else "incremental").inc()
         self._last, self._last_at = result, now
         fresh = [o for o in result.orders if o.id not in self._known]
         for order in fresh:
-            self._known[order.id] = _Known(order, settled=False, predicted=result.predicted.get(order.id))
+            predicted = result.predicted.get(order.id)
+            self._known[order.id] = _Known(order, settled=False, predicted=predicted)
+            self._unsettled.add(order.id)
+            if predicted is not None:
+                self._predicted[order.id] = predicted
             _ORDERS.labels(order.action.value, order.reason.value).inc()
             _metrics.planned(order, result.predicted.get(order.id))
             if order.reason is OrderReason.MISPREDICTION:
@@ -183,20 +258,28 @@ class SchedulerCore:
             self._dispatch(fresh)
         return fresh
 
-    def _settle(self, now: float) -> None:
-        # A prefetch is kept until its misprediction window has surely closed (it counts from the
-        # predicted demand, at the latest the order's deadline) and the cool-down after it too.
-        horizon = self.config.cooldown_s + self.config.misprediction_window_s
+    def _settle(self, now: float, *, prune: bool = True) -> None:
+        """Mark the orders a report shows done (or answered) settled; ``prune``: also forget the long
+        past ones (a full round's chore: an incremental round looks at the unsettled orders only)."""
+        if prune:
+            # A prefetch is kept until its misprediction window has surely closed (it counts from the
+            # predicted demand, at the latest the order's deadline) and the cool-down after it too.
+            horizon = self.config.cooldown_s + self.config.misprediction_window_s
+            memory = max(horizon, self.config.misprediction_memory_s)
+            for oid, known in list(self._known.items()):
+                # A misprediction is remembered longer: each one since the model last served a request
+                # doubles its cool-down.
+                keep = memory if known.order.reason is OrderReason.MISPREDICTION else horizon
+                if known.order.deadline < now - keep:
+                    del self._known[oid]  # long past: no longer needed even for cool-downs
+                    self._unsettled.discard(oid)
+                    self._predicted.pop(oid, None)
         answered = {o.order_id for r in self._reports.values() for o in r.recent_outcomes}
-        memory = max(horizon, self.config.misprediction_memory_s)
-        for oid, known in list(self._known.items()):
-            # A misprediction is remembered longer: each one since the model last served a request
-            # doubles its cool-down.
-            keep = memory if known.order.reason is OrderReason.MISPREDICTION else horizon
-            if known.order.deadline < now - keep:
-                del self._known[oid]  # long past: no longer needed even for cool-downs
-            elif not known.settled and (oid in answered or _reflected(known.order, self._reports)):
+        for oid in list(self._unsettled):
+            known = self._known[oid]
+            if oid in answered or _reflected(known.order, self._reports):
                 self._known[oid] = _Known(known.order, settled=True, predicted=known.predicted)
+                self._unsettled.discard(oid)
 
     # ------------------------------------------------------------------ views (for the API)
 

@@ -46,8 +46,10 @@ The package, one module per idea: ``_config`` (knobs, results, decisions and the
 ``_wants`` (when a model is wanted, and the forecast windows kept between rounds), ``_value`` (what a
 tier is worth), ``_book`` (the per-node books, GPU memory per GPU, and making room), ``_placement``
 (candidates and placing them), ``_eviction`` (mispredictions, cool-downs, the price of memory),
-``_memo`` (what a caller that plans repeatedly keeps between rounds) and ``_round`` (``plan`` and the
-round itself).
+``_memo`` (what a caller that plans repeatedly keeps between rounds), ``_round`` (``plan`` and the
+round itself) and ``_incremental`` (rounds that replan only what a hint, a demand signal or a report
+touched, against the books the last full round opened: exactly what a full round plans at the same
+``now``; its docstring says what may differ at a later one).
 """
 
 from __future__ import annotations

@@ -124,6 +124,10 @@ class _Book:
         """Whether this node has ``model`` in ``tier`` or closer to the GPU."""
         return self.closest(model).level <= tier.level
 
+    def models(self) -> set[str]:
+        """Every key this book holds in some tier."""
+        return set().union(*self.held.values())
+
     def copy(self) -> _Book:
         # Entries are replaced, never mutated, so copying the per-tier dicts is enough.
         return _Book(
@@ -133,6 +137,49 @@ class _Book:
             dict(self._used),
             list(self._gpu_used),
         )
+
+
+class _Books(dict[str, _Book]):
+    """The round's books by node name, and which nodes hold each model (``holders``).
+
+    Which nodes hold a model is asked for every model of a round; found by looking into every node's
+    book, it was most of a round at a hundred nodes. A book is replaced here (``books[name] = trial``),
+    never changed in place, once the round has opened the books (``reindex`` after the opening). The
+    holders are frozen sets, replaced on change, so that a copy of the index costs one dict copy.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._at: dict[str, frozenset[str]] = {}
+
+    def __setitem__(self, name: str, book: _Book) -> None:
+        old = self.get(name)
+        before = old.models() if old is not None else set()
+        after = book.models()
+        at = self._at
+        for model in before - after:
+            at[model] = at.get(model, frozenset()) - {name}
+        for model in after - before:
+            at[model] = at.get(model, frozenset()) | {name}
+        super().__setitem__(name, book)
+
+    def reindex(self) -> None:
+        """Rebuild the index after books were changed in place (only while they are being opened)."""
+        at: dict[str, set[str]] = {}
+        for name, book in self.items():
+            for model in book.models():
+                at.setdefault(model, set()).add(name)
+        self._at = {model: frozenset(names) for model, names in at.items()}
+
+    def holders(self, model: str) -> frozenset[str]:
+        return self._at.get(model, frozenset())
+
+    def copy(self) -> _Books:
+        """The same books and index; books are never changed in place, so they are shared."""
+        out = _Books()
+        dict.update(out, self)
+        out._at = dict(self._at)
+        return out
 
 
 @dataclass
@@ -146,7 +193,7 @@ class _Round:
     gains: Mapping[str, Mapping[Tier, float]]
     """Per model, ``_Valuer.gains``: computed once per round, for forecast wants and ``_payers`` alike."""
     valuer: _Valuer
-    books: dict[str, _Book] = field(default_factory=dict)
+    books: _Books = field(default_factory=_Books)
     orders: list[Order] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
     deferred: list[Placement] = field(default_factory=list)
@@ -157,9 +204,36 @@ class _Round:
     open_bets: set[tuple[str, str]] = field(default_factory=set)
     """(node, model) of prefetched copies still within their misprediction window."""
 
+    keep_values: dict[tuple[str, Tier, tuple[float, ...]], float] = field(default_factory=dict)
+    """What keeping a resident is worth, by (model, tier, the node's link rates): the same on every node
+    alike, and, in an incremental round, kept from the last round for the models it does not touch."""
+    _classes: list[list[str]] | None = None
+    _positions: dict[str, int] | None = None
+
+    def classes(self) -> list[list[str]]:
+        """The nodes by class, in the books' order: nodes of one class (the same link rates and
+        capacities) value a model they do not hold the same. Fixed once the books are open."""
+        if self._classes is None:
+            by: dict[tuple[object, ...], list[str]] = {}
+            for name, book in self.books.items():
+                key = (book.node.hop_rates, tuple(book.capacity.values()), book.gpu_capacity)
+                by.setdefault(key, []).append(name)
+            self._classes = list(by.values())
+        return self._classes
+
+    def position(self, name: str) -> int:
+        """Where node ``name`` comes in the books' order."""
+        if self._positions is None:
+            self._positions = {n: i for i, n in enumerate(self.books)}
+        return self._positions[name]
+
+    def rate_nodes(self) -> list[NodeState]:
+        """One node of each set of link rates: what a bound over every node needs to look at."""
+        return [self.books[names[0]].node for names in self.classes()]
+
     def held(self, model: str, tier: Tier) -> bool:
         """Whether some node has ``model`` in ``tier`` or closer: requests go to the closest copy."""
-        return any(b.holds(model, tier) for b in self.books.values())
+        return any(self.books[n].holds(model, tier) for n in self.books.holders(model))
 
     def emit(self, decision: _Decision) -> Order:
         """Order what was decided, stamped with this round's time."""
@@ -175,11 +249,15 @@ def _open_book(rnd: _Round, node: NodeState) -> _Book:
         for r in node.residents(tier):
             spec = catalog.get(r.model)
             in_catalog = spec is not None and spec.version == r.version
-            value = (
-                rnd.valuer.keep_value(spec, wants.get(r.model, []), node, tier, now)
-                if spec is not None and in_catalog
-                else 0.0
-            )
+            value = 0.0
+            if spec is not None and in_catalog:
+                memo = (r.model, tier, node.hop_rates)
+                kept = rnd.keep_values.get(memo)
+                if kept is None:
+                    kept = rnd.keep_values[memo] = rnd.valuer.keep_value(
+                        spec, wants.get(r.model, []), node, tier, now
+                    )
+                value = kept
             # A copy of another version still takes bytes but never counts as holding the model.
             key = r.model if in_catalog else f"{r.model}@{r.version}"
             held[tier][key] = _Entry(
@@ -232,15 +310,16 @@ def _protected(r: ResidentModel, now: float, config: PlannerConfig) -> bool:
     return any(now - t < config.min_residence_s for t in recent)
 
 
-def _book_pending(rnd: _Round, cluster: ClusterState) -> None:
+def _book_pending(rnd: _Round, cluster: ClusterState, books: Mapping[str, _Book] | None = None) -> None:
     """Orders already out but not yet reflected in a report hold their bytes in this round too.
 
     Each is booked as the executor will carry it out (``prewarm.admit`` and ``prewarm.effect``): one it
     would refuse changes nothing. A prefetch's copies are never victims this round; a demoted copy keeps
     what it was worth where it was. An L0 copy goes on the GPUs its order names.
     """
+    books = rnd.books if books is None else books  # these books only: the others are booked already
     for order in sorted(cluster.pending, key=lambda o: (o.not_before, o.id)):
-        book = rnd.books.get(order.node)
+        book = books.get(order.node)
         spec = rnd.catalog.get(order.model)
         if book is None or spec is None:
             continue

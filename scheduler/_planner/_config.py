@@ -153,6 +153,8 @@ class Plan:
     predicted: Mapping[str, float] = field(default_factory=dict)
     """For each prefetch ordered, by order id: when the demand it is for was predicted. Pass it back in
     ``ClusterState.predicted``: the misprediction window counts from there."""
+    full: bool = True
+    """A full round; False: an incremental one, that replanned only what its event touched."""
 
 
 def order_id(node: str, model: str, version: str, action: OrderAction, tier: Tier, bucket: int) -> str:

@@ -10,7 +10,7 @@ on request, each demoted model's next request being one.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from forecaster import ModelForecast
 from models import ModelSpec
@@ -53,11 +53,17 @@ def _cooldowns(cluster: ClusterState, now: float, config: PlannerConfig) -> set[
     return cooling
 
 
-def _bets(cluster: ClusterState, now: float) -> dict[tuple[str, str], list[Order]]:
-    """Per (node, model), the speculative prefetches and misprediction orders already out, oldest first."""
+def _bets(
+    cluster: ClusterState, now: float, nodes: Collection[str] | None = None
+) -> dict[tuple[str, str], list[Order]]:
+    """Per (node, model), the speculative prefetches and misprediction orders already out, oldest first;
+    on ``nodes`` only, where given."""
     out: dict[tuple[str, str], list[Order]] = {}
     seen: set[str] = set()
-    for o in sorted((*cluster.recent, *cluster.pending), key=lambda o: (o.not_before, o.created_at, o.id)):
+    orders = (*cluster.recent, *cluster.pending)
+    if nodes is not None:
+        orders = tuple(o for o in orders if o.node in nodes)
+    for o in sorted(orders, key=lambda o: (o.not_before, o.created_at, o.id)):
         if o.id in seen or o.not_before > now:
             continue
         seen.add(o.id)
@@ -67,7 +73,7 @@ def _bets(cluster: ClusterState, now: float) -> dict[tuple[str, str], list[Order
     return out
 
 
-def _demote_mispredictions(rnd: _Round, cluster: ClusterState) -> None:
+def _demote_mispredictions(rnd: _Round, cluster: ClusterState, nodes: Collection[str] | None = None) -> None:
     """Demote, one tier down, each prefetched copy that served no request within the misprediction
     window of the time its demand was predicted; count it once.
 
@@ -76,11 +82,13 @@ def _demote_mispredictions(rnd: _Round, cluster: ClusterState) -> None:
     copy: the host copy an L0 prefetch left on its way is not a second bet, nor is the copy a
     misprediction demoted into. The window counts from the prefetch's predicted demand as the round
     that ordered it recorded it (``ClusterState.predicted``); for a copy whose order is not known (a
-    restart lost it, or someone else loaded it), from when it was loaded.
+    restart lost it, or someone else loaded it), from when it was loaded. ``nodes``: judge these only
+    (an incremental round: see ``_incremental``).
     """
     now, config, wants = rnd.now, rnd.config, rnd.wants
-    bets = _bets(cluster, now)
-    for name in sorted(rnd.books):
+    judged = set(rnd.books if nodes is None else nodes)
+    bets = _bets(cluster, now, judged if nodes is not None else None)
+    for name in sorted(judged):
         node = rnd.books[name].node
         for tier in (Tier.L0, Tier.L1):
             for r in node.residents(tier):
@@ -117,6 +125,9 @@ def _demote_one_tier(
     the tier below has no room for it even after demoting what is worth less there."""
     now, config = rnd.now, rnd.config
     lower = tier.farther()
+    # Changed on a copy, put back at the end: the round's books are replaced, never changed in place
+    # (``_Books`` keeps an index of them).
+    book = book.copy()
     entry = book.held[tier][spec.id]
     action, at = OrderAction.EVICT, tier
     if lower in CACHE_TIERS and book.capacity[lower] >= entry.bytes:
@@ -128,7 +139,7 @@ def _demote_one_tier(
             action, at = OrderAction.DEMOTE, lower
             if below is None:
                 trial.put(lower, spec.id, _Entry(spec.id, entry.bytes, worth, True))
-            rnd.books[name] = book = trial
+            book = trial
             for model, frm, to in moves:
                 rnd.moved.add(model)
                 victim = rnd.catalog[model]
@@ -137,6 +148,7 @@ def _demote_one_tier(
     for t in CACHE_TIERS:
         if t.level <= tier.level:
             book.drop(t, spec.id)
+    rnd.books[name] = book
     rnd.moved.add(spec.id)
     rnd.emit(
         _Decision(
@@ -167,7 +179,9 @@ def _now_decision(
     )
 
 
-def _release_priced(rnd: _Round, forecasts: Mapping[str, ModelForecast]) -> None:
+def _release_priced(
+    rnd: _Round, forecasts: Mapping[str, ModelForecast], nodes: Collection[str] | None = None
+) -> None:
     """Where memory has a price, release (one tier down) each copy whose hold is worth less than it costs.
 
     Held until the next decision, a copy costs ``memory_price`` × GB for as long as it waits for a
@@ -179,14 +193,14 @@ def _release_priced(rnd: _Round, forecasts: Mapping[str, ModelForecast]) -> None
     divided by how often the model is used) a Poisson model's use cancels out, so what decides is its
     size alone. A prefetch still within its misprediction window is the misprediction rule's; pinned,
     recently used or loaded, and this round's copies are never released; a model with no forecast is
-    left alone (no signal, no decision).
+    left alone (no signal, no decision). ``nodes``: these only (an incremental round).
     """
     config = rnd.config
     if config.memory_price <= 0:
         return
     now, step = rnd.now, config.decision_interval_s
     cost_per_gb_s = config.memory_price / 60.0
-    for name in sorted(rnd.books):
+    for name in sorted(rnd.books if nodes is None else nodes):
         for tier in (Tier.L0, Tier.L1):
             for entry in sorted(rnd.books[name].held[tier].values(), key=lambda e: e.model):
                 book = rnd.books[name]  # a release below replaces the book

@@ -10,7 +10,7 @@ is deferred to a later round.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from models import ModelSpec
 from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier
@@ -19,8 +19,9 @@ from scheduler._planner._config import _INF, Placement, _Decision
 from scheduler._planner._wants import _Want
 
 
-@dataclass(frozen=True)
-class _Candidate:
+class _Candidate(NamedTuple):
+    """(A tuple: a model held nowhere has one per node, and ``_replace`` copies it to each node cheaply.)"""
+
     spec: ModelSpec
     want: _Want
     node: str
@@ -58,52 +59,85 @@ def _best_candidate(
     """The tier and want to act on for ``spec``, one option per equally good node; none: nothing to do."""
     if rnd.held(spec.id, Tier.L0):
         return []  # in GPU memory somewhere already: every option would be refused below
-    per_node: list[tuple[_Candidate, _Book]] = []
-    ordered = sorted(wants, key=lambda w: (not w.demand, w.t0))
-    # A want's value on a node depends only on the node's link rates and where the model is there: nodes
-    # alike (most of a cluster) value it once.
-    nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float] = {}
     if spec.id in cooling and not any(w.demand for w in wants):
         return []
+    ordered = sorted(wants, key=lambda w: (not w.demand, w.t0))
+    # A node's best option depends only on its link rates, its capacities and where the model is there:
+    # the nodes of a class (``_Round.classes``) that do not hold the model are valued once, and only
+    # the few that hold it one by one. Node by node, this was most of a round at a hundred nodes.
+    nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float] = {}
     miss, price = _floors(rnd, spec)
-    for name, book in rnd.books.items():
-        frm = book.closest(spec.id)
-        tiers = [t for t in CACHE_TIERS if t.level < frm.level and book.can_hold(t, spec.size_bytes)]
-        saved = {t: rnd.valuer.saved(spec, book.node, frm, t) for t in tiers}
-        best: _Candidate | None = None
-        for i, want in enumerate(ordered):
-            # The soonest want with any worthwhile tier wins (_tier_key): later ones need not be valued.
-            if best is not None and not want.demand and want.t0 > best.want.t0:
-                break
-            for tier in tiers:
-                bound = want.p * saved[tier] - (1 - want.p) * miss[tier] - (want.t1 - want.t0) * price[tier]
-                if bound <= 0 and not want.demand:
-                    continue  # not worth it, whatever the exact figures
-                key = (book.node.hop_rates, frm, tier, i)
-                net = nets.get(key)
-                if net is None:
-                    net = _INF if want.demand else rnd.valuer.net(spec, want, book.node, frm, tier)
-                    nets[key] = net
-                if net <= 0:
-                    continue
-                lead = rnd.valuer.lead(book.node, spec.size_bytes, frm, tier)
-                cand = _Candidate(spec, want, name, frm, tier, net, max(rnd.now, want.t0 - lead))
-                # A waiting request first; then the soonest want (a later one is planned in a later
-                # round); then the tier worth most, the closer one on a tie.
-                if best is None or _tier_key(cand) > _tier_key(best):
-                    best = cand
+    holders = rnd.books.holders(spec.id)
+    per_node: list[tuple[int, str, _Candidate]] = []  # (the node's place in the books, name, best)
+    absent: list[tuple[_Candidate, list[str]]] = []
+    for names in rnd.classes():
+        rest = [n for n in names if n not in holders] if holders else names
+        if rest:
+            best = _node_best(rnd, spec, ordered, rnd.books[rest[0]], Tier.L3, miss, price, nets)
+            if best is not None:
+                absent.append((best, rest))
+    for name in holders:
+        book = rnd.books[name]
+        best = _node_best(rnd, spec, ordered, book, book.closest(spec.id), miss, price, nets)
         if best is not None:
-            per_node.append((best, book))
-    if not per_node:
+            per_node.append((rnd.position(name), name, best))
+    if not per_node and not absent:
         return []
     # A node that already holds the model closer wins (fewer hops), then value; among the nodes left,
     # the least loaded when it is placed (see plan_detailed and _least_loaded).
-    top = max((-c.frm.level, c.value) for c, _ in per_node)
-    options = [c for c, _ in per_node if (-c.frm.level, c.value) == top]
-    # Already somewhere at least as close on some node: nothing to do for this model.
-    if rnd.held(spec.id, options[0].tier):
+    top = max((-c.frm.level, c.value) for c in (*(c for _, _, c in per_node), *(c for c, _ in absent)))
+    chosen = [(p, n, c) for p, n, c in per_node if (-c.frm.level, c.value) == top]
+    tops = [
+        (rnd.position(names[0]), names, best)
+        for best, names in absent
+        if (-best.frm.level, best.value) == top
+    ]
+    # Already somewhere at least as close on some node (the first option's tier): nothing to do.
+    first = min((*((p, c) for p, _, c in chosen), *((p, c) for p, _, c in tops)), key=lambda pc: pc[0])
+    if rnd.held(spec.id, first[1].tier):
         return []
-    return options
+    for _, names, best in tops:
+        chosen.extend((rnd.position(n), n, best) for n in names)
+    chosen.sort(key=lambda pnc: pnc[0])
+    return [c if c.node == n else c._replace(node=n) for _, n, c in chosen]
+
+
+def _node_best(
+    rnd: _Round,
+    spec: ModelSpec,
+    ordered: Sequence[_Want],
+    book: _Book,
+    frm: Tier,
+    miss: Mapping[Tier, float],
+    price: Mapping[Tier, float],
+    nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float],
+) -> _Candidate | None:
+    """The best option on ``book``'s node for a model held there in ``frm`` (L3: not held there)."""
+    tiers = [t for t in CACHE_TIERS if t.level < frm.level and book.can_hold(t, spec.size_bytes)]
+    saved = {t: rnd.valuer.saved(spec, book.node, frm, t) for t in tiers}
+    best: _Candidate | None = None
+    for i, want in enumerate(ordered):
+        # The soonest want with any worthwhile tier wins (_tier_key): later ones need not be valued.
+        if best is not None and not want.demand and want.t0 > best.want.t0:
+            break
+        for tier in tiers:
+            bound = want.p * saved[tier] - (1 - want.p) * miss[tier] - (want.t1 - want.t0) * price[tier]
+            if bound <= 0 and not want.demand:
+                continue  # not worth it, whatever the exact figures
+            key = (book.node.hop_rates, frm, tier, i)
+            net = nets.get(key)
+            if net is None:
+                net = _INF if want.demand else rnd.valuer.net(spec, want, book.node, frm, tier)
+                nets[key] = net
+            if net <= 0:
+                continue
+            lead = rnd.valuer.lead(book.node, spec.size_bytes, frm, tier)
+            cand = _Candidate(spec, want, book.node.name, frm, tier, net, max(rnd.now, want.t0 - lead))
+            # A waiting request first; then the soonest want (a later one is planned in a later
+            # round); then the tier worth most, the closer one on a tie.
+            if best is None or _tier_key(cand) > _tier_key(best):
+                best = cand
+    return best
 
 
 def _floors(rnd: _Round, spec: ModelSpec) -> tuple[dict[Tier, float], dict[Tier, float]]:
@@ -111,7 +145,7 @@ def _floors(rnd: _Round, spec: ModelSpec) -> tuple[dict[Tier, float], dict[Tier,
     the cold start into L0, times ``miss_penalty``), and what holding the model costs per second: with
     what a node's copy would save, an upper bound of ``_Valuer.net`` at a few products per want."""
     config, valuer, size = rnd.config, rnd.valuer, spec.size_bytes
-    nodes = [b.node for b in rnd.books.values()]
+    nodes = rnd.rate_nodes()
     miss: dict[Tier, float] = {}
     for tier in CACHE_TIERS:
         wasted = 0.0
@@ -173,6 +207,74 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
     rnd.deferred.append(
         Placement(spec.id, cand.node, cand.tier, cand.want.reason, cand.not_before, cand.want.t1, value)
     )
+
+
+_Failure = tuple[list[_Candidate], tuple[_Book, ...], bool, tuple[bool, ...], Placement]
+"""A candidate that was deferred: its options, their nodes' books then, whether the model had been
+moved, whether each model in host memory on the chosen node was held in GPU memory somewhere (what
+``_reserve`` reads), and what was deferred."""
+
+
+def _place_all(
+    rnd: _Round,
+    candidates: list[list[_Candidate]],
+    traffic: Mapping[str, float],
+    loads: dict[str, float],
+    failed: Mapping[str, _Failure] | None = None,
+) -> dict[str, _Failure]:
+    """Place each model's candidate, most urgent first. ``loads``: each node's load (``_least_loaded``)
+    for the books as they are now; a node's figure is dropped once its book changes.
+
+    ``failed``: candidates deferred by an earlier round (``_incremental``). Placing one again against
+    the same books, with nothing ``_place`` reads changed, defers it again: it is deferred without
+    trying. Returns the candidates deferred now, for the next round.
+    """
+    deferred: dict[str, _Failure] = {}
+    # Demand first, then the soonest start, then the most value per byte.
+    candidates.sort(
+        key=lambda cs: (
+            not cs[0].want.demand,
+            cs[0].not_before,
+            -cs[0].value / cs[0].spec.size_bytes,
+            cs[0].spec.id,
+        )
+    )
+    for options in candidates:
+        model = options[0].spec.id
+        before = failed.get(model) if failed else None
+        if before is not None and before[0] is options and _fails_again(rnd, before):
+            rnd.deferred.append(before[4])
+            deferred[model] = before
+            continue
+        # The node is chosen now, against the books as earlier placements left them: chosen up front,
+        # every tie went to the same node and one node held the whole catalog while the other idled.
+        chosen = options[0] if len(options) == 1 else _least_loaded(rnd, options, traffic, loads)
+        books = tuple(rnd.books[c.node] for c in options)
+        moved = model in rnd.moved
+        reserve = _reserve_inputs(rnd, rnd.books[chosen.node])
+        placed = len(rnd.placements)
+        _place(rnd, chosen)
+        if len(rnd.placements) == placed:  # deferred: nothing changed
+            deferred[model] = (options, books, moved, reserve, rnd.deferred[-1])
+        loads.pop(chosen.node, None)  # only that node's book changed
+    return deferred
+
+
+def _reserve_inputs(rnd: _Round, book: _Book) -> tuple[bool, ...]:
+    return tuple(rnd.held(m, Tier.L0) for m in book.held[Tier.L1])
+
+
+def _fails_again(rnd: _Round, failure: _Failure) -> bool:
+    """Whether placing a deferred candidate again would defer it again: the same books on its nodes
+    (so the same node is chosen, the same room can be made), the same moved state, and the same
+    answers to what ``_reserve`` asks."""
+    options, books, moved, reserve, _ = failure
+    if any(rnd.books.get(c.node) is not b for c, b in zip(options, books, strict=True)):
+        return False
+    if (options[0].spec.id in rnd.moved) != moved:
+        return False
+    chosen = rnd.books[failure[4].node]
+    return _reserve_inputs(rnd, chosen) == reserve
 
 
 def _least_loaded(

@@ -1,9 +1,10 @@
 """One planning round: wants, books, mispredictions, then candidates placed most urgent first, then
-what memory's price says to release. See the package's docstring for the policy."""
+what memory's price says to release. See the package's docstring for the policy, and ``_incremental``
+for the rounds that replan only what an event touched."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from forecaster import ModelForecast
 from models import Catalog
@@ -12,8 +13,9 @@ from scheduler._cluster import ClusterState
 from scheduler._planner._book import _book_pending, _open_book, _Round
 from scheduler._planner._config import Plan, PlannerConfig
 from scheduler._planner._eviction import _cooldowns, _demote_mispredictions, _release_priced
+from scheduler._planner._incremental import _incremental, _Kept, _pending_keys, _plan_of
 from scheduler._planner._memo import PlannerMemo
-from scheduler._planner._placement import _best_candidate, _least_loaded, _payers, _place
+from scheduler._planner._placement import _best_candidate, _Candidate, _payers, _place_all
 from scheduler._planner._value import _model_weights, _Valuer
 from scheduler._planner._wants import _wants
 
@@ -27,13 +29,17 @@ def plan(
     config: PlannerConfig,
     *,
     memo: PlannerMemo | None = None,
+    touched: Collection[str] | None = None,
 ) -> list[Order]:
     """The orders to publish now (each timed by ``not_before``) for this state of the world.
 
     ``memo``: work kept from earlier rounds, for a caller that plans repeatedly (the orders are the same
-    without it); none: the round starts from nothing and leaves nothing behind.
+    without it); none: the round starts from nothing and leaves nothing behind. ``touched``: see
+    ``plan_detailed``.
     """
-    return list(plan_detailed(now, forecasts, hints, catalog, cluster, config, memo=memo).orders)
+    return list(
+        plan_detailed(now, forecasts, hints, catalog, cluster, config, memo=memo, touched=touched).orders
+    )
 
 
 def plan_detailed(
@@ -45,11 +51,23 @@ def plan_detailed(
     config: PlannerConfig,
     *,
     memo: PlannerMemo | None = None,
+    touched: Collection[str] | None = None,
 ) -> Plan:
-    """``plan`` with its reasoning: placements, deferred candidates and counted mispredictions."""
+    """``plan`` with its reasoning: placements, deferred candidates and counted mispredictions.
+
+    ``touched``: the models whose signals (hints, demand) changed since the last round planned with
+    ``memo``; the round then replans only what they, and the nodes whose reports or orders changed,
+    touch (``Plan.full`` is False), where the memo's state allows it, and is a full round otherwise.
+    None: a full round, which leaves its state in ``memo`` for the incremental rounds after it.
+    """
     memo = memo if memo is not None else PlannerMemo()
+    if touched is not None:
+        result = _incremental(now, forecasts, hints, catalog, cluster, config, memo, set(touched))
+        if result is not None:
+            return result
     valuer = _Valuer(config, memo.hops, _model_weights(now, forecasts, config))
-    nodes = list(cluster.nodes.values())
+    # Gains are a bound over the nodes' link rates: one node of each set of rates says the same.
+    nodes = list({n.hop_rates: n for n in cluster.nodes.values()}.values())
     signalled = {*forecasts, *(h.model for h in hints)}
     gains = {m: valuer.gains(catalog[m], nodes) for m in signalled if m in catalog}
     wants = _wants(now, forecasts, hints, catalog, config, gains, memo.windows)
@@ -57,25 +75,18 @@ def plan_detailed(
     for name in sorted(cluster.nodes):
         rnd.books[name] = _open_book(rnd, cluster.nodes[name])
     _book_pending(rnd, cluster)
+    rnd.books.reindex()  # booking the pending orders changed the books in place
+    opened = rnd.books.copy()
     _demote_mispredictions(rnd, cluster)
     cooling = _cooldowns(cluster, now, config) | {model for _, model in rnd.mispredictions}
 
-    candidates = []
+    candidates: dict[str, list[_Candidate]] = {}
     for model, model_wants in wants.items():
         spec = catalog[model]
         worth = _payers(spec, model_wants, rnd)
         options = _best_candidate(rnd, spec, worth, cooling) if worth else []
         if options:
-            candidates.append(options)
-    # Demand first, then the soonest start, then the most value per byte.
-    candidates.sort(
-        key=lambda cs: (
-            not cs[0].want.demand,
-            cs[0].not_before,
-            -cs[0].value / cs[0].spec.size_bytes,
-            cs[0].spec.id,
-        )
-    )
+            candidates[model] = options
     # Expected requests over the horizon times bytes: what a model adds to its node's load.
     traffic = {
         m: f.expected_in(now, now + config.horizon_s) * catalog[m].size_bytes
@@ -83,17 +94,26 @@ def plan_detailed(
         if m in catalog
     }
     loads: dict[str, float] = {}
-    for options in candidates:
-        # The node is chosen now, against the books as earlier placements left them: chosen up front,
-        # every tie went to the same node and one node held the whole catalog while the other idled.
-        chosen = options[0] if len(options) == 1 else _least_loaded(rnd, options, traffic, loads)
-        _place(rnd, chosen)
-        loads.pop(chosen.node, None)  # only that node's book changed
+    failed = _place_all(rnd, list(candidates.values()), traffic, loads)
     _release_priced(rnd, forecasts)
-    return Plan(
-        orders=tuple(rnd.orders),
-        placements=tuple(rnd.placements),
-        deferred=tuple(rnd.deferred),
-        mispredictions=tuple(rnd.mispredictions),
-        predicted=dict(rnd.predicted),
+    memo.kept = _Kept(
+        at=now,
+        full_at=now,
+        forecasts=forecasts,
+        catalog=catalog,
+        config=config,
+        nodes=dict(cluster.nodes),
+        keys=_pending_keys(rnd, cluster),
+        opened=opened,
+        wants=wants,
+        gains=gains,
+        valuer=valuer,
+        candidates=candidates,
+        failed=failed,
+        keep_values=rnd.keep_values,
+        classes=rnd.classes(),
+        cooling=cooling,
+        traffic=traffic,
+        loads={n: (rnd.books[n], load) for n, load in loads.items()},
     )
+    return _plan_of(rnd, full=True)

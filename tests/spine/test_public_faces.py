@@ -211,6 +211,7 @@ PINNED = {
         "Runtime",
         "SchedulerCore",
         "bench_hints",
+        "bench_plan",
         "create_app",
         "order_id",
         "plan",
