@@ -86,8 +86,8 @@ def retrain(
     """Retrain on the ``history_days`` before ``now``; log, register and maybe promote (``track``).
 
     ``config`` overrides the selection built from ``settings`` (tests and benchmarks restrict families).
-    The fits run chunk by chunk (``forecast.chunk_models``) on ``engine``, else on the engine the
-    settings name (``forecast.engine_address``, else ``forecast.workers`` local processes, else this
+    The fits run chunk by chunk (``forecast.retrain_chunk_models``) on ``engine``, else on the engine the
+    settings name (``forecast.engine_address``, else ``forecast.retrain_workers`` local processes, else this
     one); the result is the same on any of them.
     """
     began = time.perf_counter()
@@ -104,14 +104,16 @@ def retrain(
     if not backtested:
         log.warning("history too short for a holdout backtest; the run is logged without a score")
     opened = (
-        contextlib.nullcontext(engine) if engine is not None else open_engine(f.workers, f.engine_address)
+        contextlib.nullcontext(engine)
+        if engine is not None
+        else open_engine(f.retrain_workers, f.engine_address)
     )
     with opened as used:
         fitted = fit_chunked(
             series,
             config,
             used,
-            chunk_models=f.chunk_models,
+            chunk_models=f.retrain_chunk_models,
             holdout_s=holdout if backtested else None,
             lead=f.lead_minutes,
             window=f.window_minutes,
@@ -120,7 +122,7 @@ def retrain(
         )
         engine_info = used.describe() | {
             "chunks": fitted.chunks,
-            "chunk_models": f.chunk_models,
+            "chunk_models": f.retrain_chunk_models,
             "workers_peak_rss_bytes": used.workers_peak_rss_bytes(),
         }
     timings.update(fitted.seconds)
