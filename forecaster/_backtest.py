@@ -133,22 +133,15 @@ class Scores:
     p: npt.NDArray[np.float64] = field(repr=False)
     outcome: npt.NDArray[np.float64] = field(repr=False)
 
-    def take(self, rows: npt.NDArray[np.int64] | list[int]) -> Scores:
-        """The per-model entries of ``rows``; the tallies stay those of all models scored."""
-        idx = np.asarray(rows, dtype=np.int64)
-        return Scores(
-            *(getattr(self, k)[idx] for k in _PER_MODEL), self.tallies, self.p[idx], self.outcome[idx]
-        )
-
     @classmethod
     def merge(cls, parts: list[Scores], order: npt.NDArray[np.int64] | None = None) -> Scores:
         """Concatenated per-model entries (reordered by ``order`` if given), summed tallies."""
-        arrays = [np.concatenate([getattr(s, k) for s in parts]) for k in _PER_MODEL]
+        arrays = {k: np.concatenate([getattr(s, k) for s in parts]) for k in _PER_MODEL}
         if order is not None:
-            arrays = [a[order] for a in arrays]
+            arrays = {k: a[order] for k, a in arrays.items()}
         tallies = np.sum([s.tallies for s in parts], axis=0) if parts else np.zeros((3, 10, 3))
         empty = np.zeros((0, 0))
-        return cls(*arrays, tallies, empty, empty)
+        return cls(**arrays, tallies=tallies, p=empty, outcome=empty)
 
 
 _PER_MODEL = (
