@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from forecaster._calendar import DAY_MIN, WEEK_MIN, minute_index
+from forecaster._calendar import DAY_MIN, minute_index
 from forecaster._history import History
 from forecaster._scoring import SCALE_GRID, window_sums
 from forecaster.families import CANDIDATES, FAMILIES, Failure, Params
-from forecaster.families._bucketed import BUCKET
-from forecaster.families.prior import prior_params_from_slots, slot_means
+from forecaster.families.prior import SLOTS, prior_params_from_slots, slot_means
 from prewarm import get_logger
 
 __all__ = [
@@ -119,7 +118,7 @@ class Peers:
 
     @classmethod
     def of(cls, choices: Sequence[Choice]) -> Peers:
-        slots = np.zeros((len(choices), WEEK_MIN // BUCKET))
+        slots = np.zeros((len(choices), SLOTS))
         rates = np.zeros(len(choices))
         for i, c in enumerate(choices):
             week = FAMILIES[c.family].week(c.params)
@@ -129,7 +128,7 @@ class Peers:
     @classmethod
     def merge(cls, parts: Sequence[Peers]) -> Peers:
         if not parts:
-            return cls(np.zeros((0, WEEK_MIN // BUCKET)), np.zeros(0))
+            return cls(np.zeros((0, SLOTS)), np.zeros(0))
         return cls(np.concatenate([p.slots for p in parts]), np.concatenate([p.rates for p in parts]))
 
 

@@ -15,7 +15,10 @@ from forecaster._history import History
 from forecaster.families._base import Failure, Family, Params
 from forecaster.families._bucketed import BUCKET
 
-__all__ = ["Prior", "prior_params", "prior_params_from_slots", "slot_means"]
+__all__ = ["SLOTS", "Prior", "prior_params", "prior_params_from_slots", "slot_means"]
+
+SLOTS = WEEK_MIN // BUCKET
+"""Half-hour slots of a week: the resolution of a prior's shape."""
 
 
 def slot_means(week: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
