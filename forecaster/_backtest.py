@@ -18,11 +18,18 @@ import numpy.typing as npt
 from forecaster._bundle import ForecasterBundle
 from forecaster._history import History
 from forecaster._idle import fit_idle_profile
-from forecaster._scoring import brier, poisson_deviance, reliability, time_of_week_probability, window_sums
-from forecaster._select import SelectionConfig, recent_activity, select_and_fit
+from forecaster._scoring import (
+    brier,
+    poisson_deviance,
+    reliability_of,
+    reliability_tally,
+    time_of_week_probability,
+    window_sums,
+)
+from forecaster._select import Choice, SelectionConfig, recent_activity, select_and_fit
 from prewarm import InvalidInput
 
-__all__ = ["BacktestReport", "backtest", "fit_bundle"]
+__all__ = ["BacktestReport", "Scores", "assemble_report", "backtest", "fit_bundle", "score_rows"]
 
 
 def fit_bundle(
@@ -93,6 +100,62 @@ def backtest(
     bundle = fit_bundle(train, config)
     fit_s = time.perf_counter() - began
 
+    scores = score_rows(train, test, bundle, lead, window)
+    choices = [bundle.choice(m) for m in train.models]
+    return assemble_report(
+        scores,
+        choices,
+        lead=lead,
+        window=window,
+        state_minutes=bundle.state_minutes,
+        train=(train.start, train.end),
+        test_until=test.end,
+        fit_seconds=fit_s,
+        families=families,
+        bundle=bundle,
+        test=test,
+    )
+
+
+@dataclass
+class Scores:
+    """The backtest scores of a set of models, one entry per model, and the reliability tallies of
+    their forecasts (``p``, without recent activity, the constant baseline); ``Scores.merge`` of disjoint
+    sets in model order gives what scoring them all at once would."""
+
+    brier: npt.NDArray[np.float64]
+    brier_baseline: npt.NDArray[np.float64]
+    brier_time_of_week: npt.NDArray[np.float64]
+    brier_without_recent: npt.NDArray[np.float64]
+    deviance: npt.NDArray[np.float64]
+    deviance_baseline: npt.NDArray[np.float64]
+    tallies: npt.NDArray[np.float64]
+    p: npt.NDArray[np.float64] = field(repr=False)
+    outcome: npt.NDArray[np.float64] = field(repr=False)
+
+    @classmethod
+    def merge(cls, parts: list[Scores], order: npt.NDArray[np.int64] | None = None) -> Scores:
+        """Concatenated per-model entries (reordered by ``order`` if given), summed tallies."""
+        arrays = {k: np.concatenate([getattr(s, k) for s in parts]) for k in _PER_MODEL}
+        if order is not None:
+            arrays = {k: a[order] for k, a in arrays.items()}
+        tallies = np.sum([s.tallies for s in parts], axis=0) if parts else np.zeros((3, 10, 3))
+        empty = np.zeros((0, 0))
+        return cls(**arrays, tallies=tallies, p=empty, outcome=empty)
+
+
+_PER_MODEL = (
+    "brier",
+    "brier_baseline",
+    "brier_time_of_week",
+    "brier_without_recent",
+    "deviance",
+    "deviance_baseline",
+)
+
+
+def score_rows(train: History, test: History, bundle: ForecasterBundle, lead: int, window: int) -> Scores:
+    """Score the bundle's forecasts of ``train``'s models over ``test``, each model on its own."""
     stamps = test.timestamps()
     rates = bundle.rates(stamps, train.models)
     expected = window_sums(rates, lead, window)
@@ -113,19 +176,52 @@ def backtest(
         const = np.nan_to_num(np.nanmean(np.where(np.isfinite(train.counts), train.counts, np.nan), axis=1))
     p_base = np.broadcast_to(1.0 - np.exp(-const[:, None] * window), p.shape)
     p_tow = time_of_week_probability(full, train.start, train.minutes, lead, window)
+    return Scores(
+        brier=brier(p, outcome),
+        brier_baseline=brier(p_base, outcome),
+        brier_time_of_week=brier(p_tow, outcome),
+        brier_without_recent=brier(p_plain, outcome),
+        deviance=poisson_deviance(rates, test.counts),
+        deviance_baseline=poisson_deviance(np.broadcast_to(const[:, None], test.counts.shape), test.counts),
+        tallies=np.stack(
+            [
+                reliability_tally(p, outcome),
+                reliability_tally(p_plain, outcome),
+                reliability_tally(np.array(p_base), outcome),
+            ]
+        ),
+        p=p,
+        outcome=outcome,
+    )
 
-    b_model, b_base, b_tow = brier(p, outcome), brier(p_base, outcome), brier(p_tow, outcome)
-    b_plain = brier(p_plain, outcome)
-    _, ece_plain = reliability(p_plain, outcome)
-    dev = poisson_deviance(rates, test.counts)
-    dev_base = poisson_deviance(np.broadcast_to(const[:, None], test.counts.shape), test.counts)
-    table, ece = reliability(p, outcome)
-    _, ece_base = reliability(np.array(p_base), outcome)
+
+def assemble_report(
+    scores: Scores,
+    choices: list[Choice],
+    *,
+    lead: int,
+    window: int,
+    state_minutes: int,
+    train: tuple[int, int],
+    test_until: int,
+    fit_seconds: float,
+    families: dict[str, str] | None,
+    bundle: ForecasterBundle,
+    test: History,
+) -> BacktestReport:
+    """The report of scored models (``choices``: what each was trained with, in the order of ``scores``).
+
+    ``bundle`` and ``test`` are kept for the plots (a retrain on chunks keeps only the plotted models)."""
+    b_model, b_base, b_tow = scores.brier, scores.brier_baseline, scores.brier_time_of_week
+    b_plain, dev, dev_base = scores.brier_without_recent, scores.deviance, scores.deviance_baseline
+    table, ece = reliability_of(scores.tallies[0])
+    _, ece_plain = reliability_of(scores.tallies[1])
+    _, ece_base = reliability_of(scores.tallies[2])
+    models = [c.model for c in choices]
 
     per_model: dict[str, dict[str, Any]] = {}
-    for i, model in enumerate(train.models):
-        choice = bundle.choice(model)
-        per_model[model] = {
+    for i, choice in enumerate(choices):
+        per_model[choice.model] = {
             "family_chosen": choice.family,
             "brier": float(b_model[i]),
             "brier_baseline": float(b_base[i]),
@@ -141,7 +237,7 @@ def backtest(
             "reason": choice.reason,
         }
         if families is not None:
-            per_model[model]["pattern"] = families.get(model)
+            per_model[choice.model]["pattern"] = families.get(choice.model)
     aggregate = _aggregate(b_model, b_base, b_tow, dev, dev_base)
     aggregate.update(
         {
@@ -151,14 +247,14 @@ def backtest(
             "brier_skill_without_recent": _skill(float(b_plain.mean()), float(b_base.mean())),
             "brier_skill_vs_time_of_week_without_recent": _skill(float(b_plain.mean()), float(b_tow.mean())),
             "ece_without_recent": ece_plain,
-            "state_minutes": bundle.state_minutes,
+            "state_minutes": state_minutes,
             "lead_minutes": lead,
             "window_minutes": window,
-            "train_start": train.start,
-            "train_until": train.end,
-            "test_until": test.end,
-            "fit_seconds": round(fit_s, 3),
-            "families_chosen": _counts(bundle.choice(m).family for m in train.models),
+            "train_start": train[0],
+            "train_until": train[1],
+            "test_until": test_until,
+            "fit_seconds": round(fit_seconds, 3),
+            "families_chosen": _counts(c.family for c in choices),
         }
     )
     if families is not None:
@@ -167,16 +263,14 @@ def backtest(
             | {
                 "brier_without_recent": float(b_plain[rows].mean()),
                 "brier_skill_without_recent": _skill(float(b_plain[rows].mean()), float(b_base[rows].mean())),
-                "families_chosen": _counts(bundle.choice(train.models[i]).family for i in rows),
+                "families_chosen": _counts(choices[i].family for i in rows),
             }
             for name in sorted(set(families.values()))
             if (
-                rows := np.array(
-                    [i for i, m in enumerate(train.models) if families.get(m) == name], dtype=int
-                )
+                rows := np.array([i for i, m in enumerate(models) if families.get(m) == name], dtype=int)
             ).size
         }
-    return BacktestReport(aggregate, per_model, table, bundle, p, outcome, test)
+    return BacktestReport(aggregate, per_model, table, bundle, scores.p, scores.outcome, test)
 
 
 def _skill(model: float, base: float) -> float:

@@ -17,6 +17,8 @@ __all__ = [
     "brier",
     "poisson_deviance",
     "reliability",
+    "reliability_of",
+    "reliability_tally",
     "time_of_week_probability",
     "window_sums",
 ]
@@ -69,21 +71,39 @@ def reliability(
 ) -> tuple[list[dict[str, float]], float]:
     """Reliability table (per probability bin: forecasts, mean forecast, observed frequency) and the
     expected calibration error (the count-weighted mean gap between the two)."""
+    return reliability_of(reliability_tally(p, outcome, bins))
+
+
+def reliability_tally(
+    p: npt.NDArray[np.float64], outcome: npt.NDArray[np.float64], bins: int = 10
+) -> npt.NDArray[np.float64]:
+    """Per probability bin: forecasts with a known outcome, their sum, and the sum of outcomes
+    (``(bins, 3)``). Tallies of disjoint sets of models add up to the tally of all of them."""
     known = ~np.isnan(outcome)
     pk, ok = p[known], outcome[known]
     which = np.minimum((pk * bins).astype(np.int64), bins - 1)
+    tally = np.zeros((bins, 3))
+    for b in range(bins):
+        sel = which == b
+        tally[b] = (sel.sum(), pk[sel].sum(), ok[sel].sum())
+    return tally
+
+
+def reliability_of(tally: npt.NDArray[np.float64]) -> tuple[list[dict[str, float]], float]:
+    """The table and calibration error ``reliability`` reports, from a (merged) ``reliability_tally``."""
+    bins = tally.shape[0]
+    total = max(float(tally[:, 0].sum()), 1.0)
     table: list[dict[str, float]] = []
     ece = 0.0
     for b in range(bins):
-        sel = which == b
-        count = int(sel.sum())
+        count = int(tally[b, 0])
         if not count:
             continue
-        mean_p, freq = float(pk[sel].mean()), float(ok[sel].mean())
+        mean_p, freq = float(tally[b, 1] / count), float(tally[b, 2] / count)
         table.append(
             {"lo": b / bins, "hi": (b + 1) / bins, "count": count, "mean_p": mean_p, "observed": freq}
         )
-        ece += count / max(pk.size, 1) * abs(mean_p - freq)
+        ece += count / total * abs(mean_p - freq)
     return table, float(ece)
 
 

@@ -14,18 +14,29 @@ Fallbacks, each recorded in ``Choice.reason`` and logged:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from forecaster._calendar import DAY_MIN, WEEK_MIN, minute_index
+from forecaster._calendar import DAY_MIN, minute_index
 from forecaster._history import History
 from forecaster._scoring import SCALE_GRID, window_sums
-from forecaster.families import CANDIDATES, FAMILIES, Failure, Params, prior_params
+from forecaster.families import CANDIDATES, FAMILIES, Failure, Params
+from forecaster.families.prior import SLOTS, prior_params_from_slots, slot_means
 from prewarm import get_logger
 
-__all__ = ["Choice", "SelectionConfig", "recent_activity", "select_and_fit"]
+__all__ = [
+    "Choice",
+    "PartialSelection",
+    "Peers",
+    "SelectionConfig",
+    "prior_choices",
+    "recent_activity",
+    "select_and_fit",
+    "select_partial",
+]
 
 log = get_logger(__name__)
 
@@ -45,6 +56,9 @@ class SelectionConfig:
     dormant_expected: float = 10.0
     new_model_days: float = 1.0
     families: tuple[str, ...] = CANDIDATES
+    share: float = 1.0
+    """The part of the whole retrain's models these series are (a chunk): per-retrain caps are split
+    in proportion (``Family.eligible``)."""
 
 
 @dataclass
@@ -75,6 +89,51 @@ def _ages(counts: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.N
 
 def select_and_fit(history: History, config: SelectionConfig | None = None) -> list[Choice]:
     """Choose and fit a family per model of ``history``; never raises for a bad series."""
+    partial = select_partial(history, config)
+    peers = Peers.of([c for c in partial.choices if c is not None])
+    priors = iter(prior_choices(partial.new_models, partial.new_rates, peers))
+    return [c if c is not None else next(priors) for c in partial.choices]
+
+
+@dataclass(frozen=True)
+class PartialSelection:
+    """What ``select_partial`` fits of one set of series: a choice per model, ``None`` for a model too
+    new to fit on its own, whose prior needs every other model's shape (``prior_choices``).
+
+    ``new_rates`` holds each new model's own mean rate per minute (NaN if it has no data at all)."""
+
+    choices: list[Choice | None]
+    new_models: list[str]
+    new_rates: npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Peers:
+    """What a new model's prior needs of the models fitted on their own: each one's week table at
+    half-hour resolution (``(k, 336)``) and its mean rate per minute. Mergeable across chunks of models:
+    ``Peers.merge`` in model order gives what one pass over all of them would."""
+
+    slots: npt.NDArray[np.float64]
+    rates: npt.NDArray[np.float64]
+
+    @classmethod
+    def of(cls, choices: Sequence[Choice]) -> Peers:
+        slots = np.zeros((len(choices), SLOTS))
+        rates = np.zeros(len(choices))
+        for i, c in enumerate(choices):
+            week = FAMILIES[c.family].week(c.params)
+            slots[i], rates[i] = slot_means(week), week.mean()
+        return cls(slots, rates)
+
+    @classmethod
+    def merge(cls, parts: Sequence[Peers]) -> Peers:
+        if not parts:
+            return cls(np.zeros((0, SLOTS)), np.zeros(0))
+        return cls(np.concatenate([p.slots for p in parts]), np.concatenate([p.rates for p in parts]))
+
+
+def select_partial(history: History, config: SelectionConfig | None = None) -> PartialSelection:
+    """``select_and_fit`` but the priors of new models: what one chunk of a retrain fits by itself."""
     config = config or SelectionConfig()
     n = len(history.models)
     counts = np.array(history.counts, dtype=np.float64, copy=True)
@@ -97,15 +156,17 @@ def select_and_fit(history: History, config: SelectionConfig | None = None) -> l
         for i, choice in zip(short, _fit_fallback(clean.select(short), "short history"), strict=True):
             choices[i] = choice
     new = np.flatnonzero(age < config.new_model_days)
-    if new.size:
-        # Every new model draws on the same peers: compile their week tables once, not once per model.
-        peers = [c for c in choices if c is not None]
-        week = [FAMILIES[c.family].week(c.params) for c in peers]
-        tables = np.stack(week) if week else np.zeros((0, WEEK_MIN))
-        rates = tables.mean(axis=1) if tables.size else np.zeros(0)
-        for i in new:
-            choices[i] = _prior(history.models[i], counts[i], tables, rates)
-    return [c for c in choices if c is not None]
+    rates = np.full(new.size, np.nan)
+    for k, i in enumerate(new):
+        if np.any(~np.isnan(counts[i])):
+            with np.errstate(invalid="ignore"):
+                rates[k] = float(np.nanmean(counts[i]))
+    return PartialSelection(choices, [history.models[i] for i in new], rates)
+
+
+def prior_choices(models: Sequence[str], own_rates: npt.NDArray[np.float64], peers: Peers) -> list[Choice]:
+    """The priors of new models (``select_partial``'s ``None``s) from the peers of the whole retrain."""
+    return [_prior(m, float(r), peers) for m, r in zip(models, own_rates, strict=True)]
 
 
 def _backtest_select(history: History, config: SelectionConfig) -> list[Choice]:
@@ -137,7 +198,7 @@ def _backtest_select(history: History, config: SelectionConfig) -> list[Choice]:
         cells = minute_index(fit_part.end + 60 * np.arange(actual.shape[1]))
         for alias in families:
             fam = FAMILIES[alias]
-            rows = np.flatnonzero(fam.eligible(fit_part))
+            rows = np.flatnonzero(fam.eligible(fit_part, config.share))
             usable[alias][np.setdiff1d(np.arange(n), rows)] = False
             if not rows.size:
                 continue
@@ -277,21 +338,14 @@ def _fit_fallback(history: History, why: str) -> list[Choice]:
     return [c for c in out if c is not None]
 
 
-def _prior(
-    model: str,
-    counts: npt.NDArray[np.float64],
-    tables: npt.NDArray[np.float64],
-    rates: npt.NDArray[np.float64],
-) -> Choice:
-    """A new model: the median shape of peers of similar volume, at the model's own rate (if any).
-
-    ``tables`` holds the peers' week tables, one row each, and ``rates`` their mean rates per minute."""
-    with np.errstate(invalid="ignore"):
-        own = float(np.nanmean(counts)) if np.any(~np.isnan(counts)) else float("nan")
+def _prior(model: str, own: float, peers: Peers) -> Choice:
+    """A new model: the median shape of peers of similar volume, at the model's own rate (``own``, NaN
+    when it has no data: then the peers' median rate)."""
+    rates = peers.rates
     if np.isnan(own):
         own = float(np.median(rates)) if rates.size else 0.0
     similar = (rates >= own / 3.0) & (rates <= own * 3.0) if own > 0 else rates > 0
-    chosen = tables[similar] if similar.any() else tables
+    chosen = peers.slots[similar] if similar.any() else peers.slots
     reason = f"new model: prior from {len(chosen)} similar models at its own rate"
     log.info("forecast prior", extra={"model": model, "reason": reason})
-    return Choice(model, "prior", prior_params(own, chosen), reason=reason)
+    return Choice(model, "prior", prior_params_from_slots(own, chosen), reason=reason)

@@ -57,8 +57,13 @@ class SyntheticTrace:
         return pd.DataFrame(self.counts.T, index=index, columns=self.models)
 
 
-def generate(models: int, days: float, *, seed: int = 0, start: float = DEFAULT_START) -> SyntheticTrace:
-    """Generate ``models`` models over ``days`` days starting at ``start`` (epoch s), deterministically."""
+def generate(
+    models: int, days: float, *, seed: int = 0, start: float = DEFAULT_START, only: range | None = None
+) -> SyntheticTrace:
+    """Generate ``models`` models over ``days`` days starting at ``start`` (epoch s), deterministically.
+
+    ``only``: generate just these rows of that trace (model ``i`` is the same whichever rows are asked
+    for), so a benchmark can produce thousands of series a chunk at a time."""
     if models < 0:
         raise ValueError("models must be >= 0")
     if days <= 0:
@@ -71,12 +76,14 @@ def generate(models: int, days: float, *, seed: int = 0, start: float = DEFAULT_
         FAMILIES[i] if i < len(FAMILIES) else FAMILIES[int(assign.choice(len(FAMILIES), p=_WEIGHTS))]
         for i in range(models)
     ]
+    rows = range(models) if only is None else range(models)[only.start : only.stop : only.step]
+    ids, families = [ids[i] for i in rows], [families[i] for i in rows]
     cal = _Calendar(start, n_min)
-    counts = np.zeros((models, n_min), dtype=np.int32)
+    counts = np.zeros((len(rows), n_min), dtype=np.int32)
     stamps: list[npt.NDArray[np.float64]] = []
     codes: list[npt.NDArray[np.int32]] = []
-    for i, family in enumerate(families):
-        rng = np.random.default_rng([seed, i])
+    for i, (index, family) in enumerate(zip(rows, families, strict=True)):
+        rng = np.random.default_rng([seed, index])
         rate = _RATE[family](rng, cal)
         row = rng.poisson(rate)
         counts[i] = row

@@ -265,6 +265,22 @@ class ForecastSettings(_Section):
         default=2, ge=1, le=7, description="rolling-origin folds for family selection"
     )
     selection_fold_days: float = Field(default=1.0, gt=0, description="days each selection fold scores")
+    retrain_workers: int = Field(
+        default=1,
+        ge=1,
+        le=512,
+        description="retrain fitting processes: 1 = in this process; N = a local Dask pool of N processes",
+    )
+    engine_address: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Dask scheduler of a running cluster to fit on (tcp://host:8786); overrides workers",
+    )
+    retrain_chunk_models: int = Field(
+        default=250,
+        ge=1,
+        description="models per fitting task: the series held at once per process, whatever the total",
+    )
 
 
 class SchedulerSettings(_Section):

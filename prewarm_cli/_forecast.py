@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import typer
 
-from prewarm import InvalidInput
+from prewarm import InvalidInput, Settings
 from prewarm_cli._common import app_group, bench_app, parse_time, progress, settings_of, write_json
 
 app = app_group("Train, inspect and backtest the per-model demand forecasters.")
@@ -36,13 +36,24 @@ def train(
         True, "--track/--no-track", help="Log the run to MLflow and maybe promote it."
     ),
     out: Path | None = typer.Option(None, "--out", help="Also save the fitted bundle to this directory."),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        min=1,
+        help="Fitting processes on this machine (default: forecast.retrain_workers; 1 = this one).",
+    ),
+    address: str | None = typer.Option(
+        None,
+        "--scheduler-address",
+        help="Fit on a running Dask cluster, by its scheduler's address (default: forecast.engine_address).",
+    ),
     json_out: Path | None = _JSON,
 ) -> None:
     """Retrain every model from the demand store; log to MLflow; move 'champion' only if it is better."""
     from forecaster import retrain
     from ingest import DemandStore
 
-    settings = settings_of(ctx)
+    settings = _with_engine(settings_of(ctx), workers, address)
     at = parse_time(now, "--now") if now else time.time()
     store = DemandStore(settings.database_url)
     try:
@@ -56,6 +67,7 @@ def train(
         "trained_until": _iso(result.bundle.trained_until),
         "seconds": round(result.seconds, 2),
         "timings": result.timings,
+        "engine": result.engine,
         "families_chosen": result.bundle.family_counts(),
         "aggregate": None if result.report is None else _without(result.report.aggregate, "by_pattern"),
         "decision": None if result.decision is None else vars(result.decision),
@@ -201,11 +213,26 @@ def bench_forecast(
         "--retrain/--no-retrain",
         help="Also time a full retrain logged to a temporary MLflow file store.",
     ),
+    workers: str | None = typer.Option(
+        None,
+        "--workers",
+        help="Comma-separated worker counts (1,2): time one retrain per count instead, same models, and "
+        "report peak memory and whether every run's selections and MLflow run are identical.",
+    ),
     json_out: Path | None = _JSON,
 ) -> None:
-    """Quality per pattern family (Brier skill vs constant rate and time-of-week); retrain/predict speed."""
-    from forecaster import run_forecast_bench
+    """Quality per pattern family (Brier skill vs constant rate and time-of-week); retrain/predict speed.
 
+    With --workers: retrain scaling (runs: workers, seconds, peak_rss_bytes; identical)."""
+    from forecaster import run_forecast_bench, run_retrain_scaling
+
+    if workers is not None:
+        counts = _worker_counts(workers)
+        scaling = run_retrain_scaling(
+            settings_of(ctx), models=models, days=days, workers=counts, seed=seed, progress=progress
+        )
+        write_json(scaling, json_out or Path("-"))
+        return
     result = run_forecast_bench(
         settings_of(ctx),
         models=models,
@@ -220,3 +247,26 @@ def bench_forecast(
 
 def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if k != key and not (isinstance(v, float) and math.isnan(v))}
+
+
+def _worker_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter("expected worker counts like 1,2", param_hint="--workers") from None
+    if not counts or any(c < 1 for c in counts):
+        raise typer.BadParameter("expected worker counts of at least 1, like 1,2", param_hint="--workers")
+    return counts
+
+
+def _with_engine(settings: Settings, workers: int | None, address: str | None) -> Settings:
+    """The settings with the CLI's engine options in place of the configured ones."""
+    update: dict[str, Any] = {}
+    if workers is not None:
+        update["retrain_workers"] = workers
+    if address is not None:
+        update["engine_address"] = address
+    if not update:
+        return settings
+    forecast = settings.forecast.model_validate(settings.forecast.model_dump() | update)
+    return settings.model_copy(update={"forecast": forecast})

@@ -39,8 +39,11 @@ class Family(ABC):
     alias: str  # a class attribute, or set per instance when one class serves several aliases
     version: ClassVar[int] = 1
 
-    def eligible(self, history: History) -> npt.NDArray[np.bool_]:
-        """Which series this family is worth fitting on (expensive families restrict themselves)."""
+    def eligible(self, history: History, share: float = 1.0) -> npt.NDArray[np.bool_]:
+        """Which series this family is worth fitting on (expensive families restrict themselves).
+
+        ``share``: the part of the whole retrain that ``history`` is (a chunk of the models), so a cap
+        meant per retrain is split among the chunks in proportion to their size."""
         return np.ones(len(history.models), dtype=bool)
 
     @abstractmethod

@@ -9,6 +9,7 @@ here. Parameters hold one rate per half-hour slot; within a slot the rate is spr
 
 from __future__ import annotations
 
+import math
 import warnings
 from abc import abstractmethod
 from typing import ClassVar
@@ -66,8 +67,10 @@ class Bucketed(Family):
     def __init__(self, min_rate: float = 0.5, days: int = 7, max_series: int = 100) -> None:
         self.min_rate, self.days, self.max_series = min_rate, days, max_series
 
-    def eligible(self, history: History) -> npt.NDArray[np.bool_]:
-        return busy(history, self.min_rate, 4, self.max_series)
+    def eligible(self, history: History, share: float = 1.0) -> npt.NDArray[np.bool_]:
+        # A chunk of a retrain gets its part of the cap: the statsmodels cost of a retrain stays what
+        # it was, however the models are split (one chunk, the whole cap: the same as unchunked).
+        return busy(history, self.min_rate, 4, max(1, math.ceil(self.max_series * share)))
 
     @abstractmethod
     def _fit_series(

@@ -123,15 +123,15 @@ def poisson_glm(
     beta[:, 0] = np.log(mean)
 
     def objective(b: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        eta = np.clip(b @ x.T, -50.0, 30.0)
+        eta = np.clip(_by_blocks(b, x.T), -50.0, 30.0)
         return np.asarray((w * (np.exp(eta) - rate * eta)).sum(axis=1) + 0.5 * (penalty * b * b).sum(axis=1))
 
     current = objective(beta)
     converged = np.zeros(n, dtype=bool)
     for _ in range(max_iter):
-        mu = np.exp(np.clip(beta @ x.T, -50.0, 30.0))
-        grad = (w * (mu - rate)) @ x + penalty * beta
-        hess = ((w * mu) @ xx).reshape(n, p, p) + np.diag(penalty + 1e-10)
+        mu = np.exp(np.clip(_by_blocks(beta, x.T), -50.0, 30.0))
+        grad = _by_blocks(w * (mu - rate), x) + penalty * beta
+        hess = _by_blocks(w * mu, xx).reshape(n, p, p) + np.diag(penalty + 1e-10)
         try:
             step = np.linalg.solve(hess, grad[:, :, None])[:, :, 0]
         except np.linalg.LinAlgError:
@@ -146,10 +146,32 @@ def poisson_glm(
             size = np.where(worse, size / 2, size)
             trial = np.where(worse[:, None], beta - size[:, None] * step, trial)
             value = np.where(worse, objective(trial), value)
-        improved = value <= current + 1e-12
+        # A converged series stops moving: its fit must not depend on which other series share the
+        # batch (a retrain fits chunks of models, and any chunking must give the same coefficients).
+        live = ~converged
+        improved = (value <= current + 1e-12) & live
         beta = np.where(improved[:, None], trial, beta)
-        converged |= np.abs(current - value) < 1e-9 * np.maximum(1.0, np.abs(current))
+        converged |= live & (np.abs(current - value) < 1e-9 * np.maximum(1.0, np.abs(current)))
         current = np.where(improved, value, current)
         if converged.all():
             break
     return beta, np.asarray(np.isfinite(beta).all(axis=1), dtype=bool)
+
+
+_BLOCK = 64
+
+
+def _by_blocks(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``a @ b`` computed ``_BLOCK`` rows at a time, the last block padded with zeros.
+
+    BLAS picks its kernels (and so the order it adds in) by the shapes it is given: with every product
+    of one shape, a series' coefficients are the same to the bit whichever series share its batch."""
+    n = a.shape[0]
+    out = np.empty((n, b.shape[1]))
+    for lo in range(0, n, _BLOCK):
+        block = a[lo : lo + _BLOCK]
+        rows = block.shape[0]
+        if rows < _BLOCK:
+            block = np.concatenate([block, np.zeros((_BLOCK - rows, a.shape[1]))])
+        out[lo : lo + rows] = (np.ascontiguousarray(block) @ b)[:rows]
+    return out

@@ -15,13 +15,27 @@ from forecaster._history import History
 from forecaster.families._base import Failure, Family, Params
 from forecaster.families._bucketed import BUCKET
 
-__all__ = ["Prior", "prior_params"]
+__all__ = ["SLOTS", "Prior", "prior_params", "prior_params_from_slots", "slot_means"]
+
+SLOTS = WEEK_MIN // BUCKET
+"""Half-hour slots of a week: the resolution of a prior's shape."""
+
+
+def slot_means(week: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """A week table (``(..., 10080)``) at half-hour resolution: the mean of each slot."""
+    return np.asarray(week.reshape(*week.shape[:-1], -1, BUCKET).mean(axis=-1), dtype=np.float64)
 
 
 def prior_params(rate: float, tables: npt.NDArray[np.float64]) -> Params:
     """Parameters from the week tables (``(k, 10080)``) of the similar models and the model's own rate."""
-    if tables.size:
-        per_slot = tables.reshape(tables.shape[0], -1, BUCKET).mean(axis=2)
+    return prior_params_from_slots(
+        rate, slot_means(tables) if tables.size else np.zeros((0, WEEK_MIN // BUCKET))
+    )
+
+
+def prior_params_from_slots(rate: float, per_slot: npt.NDArray[np.float64]) -> Params:
+    """``prior_params`` from the similar models' tables already at half-hour resolution (``(k, 336)``)."""
+    if per_slot.size:
         means = per_slot.mean(axis=1, keepdims=True)
         shapes = per_slot[means[:, 0] > 0] / means[means[:, 0] > 0]
         shape = np.median(shapes, axis=0) if shapes.size else np.ones(WEEK_MIN // BUCKET)

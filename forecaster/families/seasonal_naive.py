@@ -29,7 +29,7 @@ class SeasonalNaive(Family):
         self.radius = radius
         self.alias = f"seasonal_naive_{period}"
 
-    def eligible(self, history: History) -> npt.NDArray[np.bool_]:
+    def eligible(self, history: History, share: float = 1.0) -> npt.NDArray[np.bool_]:
         # A weekly profile needs at least one of each weekday before it means anything.
         enough = self.period == "daily" or history.minutes >= 7 * 1440
         return np.full(len(history.models), enough, dtype=bool)

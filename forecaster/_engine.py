@@ -1,0 +1,171 @@
+"""Where a retrain's per-chunk fits run: in this process, on a local Dask pool, or on a Dask cluster.
+
+Fitting one chunk of models needs nothing of another chunk, so the engine only has to run one function
+over many small, picklable work items and hand the results back in order. Dask ``distributed`` does
+that with the least machinery: ``LocalCluster`` is a process pool on this machine (the default when
+``workers > 1``), and the same ``Client`` API reaches a running cluster by its scheduler's address
+(``forecast.engine_address``), so a laptop and a hundred-node retrain run the same code. It is a pure
+Python dependency (no daemon to install, unlike Ray's raylet and object store, whose shared-memory
+store would also count against the memory this retrain is meant to keep small).
+
+At most ``2 × workers`` items are in flight at once, so a source whose items carry their series (an
+in-memory history) is never copied to the workers all at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import resource
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from prewarm import ConfigError, get_logger
+
+__all__ = ["Engine", "cpu_seconds", "open_engine", "peak_rss_bytes"]
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (Linux reports kilobytes)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def cpu_seconds() -> float:
+    """User and system CPU time of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return float(usage.ru_utime + usage.ru_stime)
+
+
+@dataclass
+class Engine:
+    """Runs ``map`` in this process (``client`` None) or through a Dask ``Client``."""
+
+    kind: str
+    """``in-process``, ``local`` (a ``LocalCluster`` this engine started) or ``remote``."""
+    workers: int
+    client: Any = None
+
+    @property
+    def portable(self) -> bool:
+        """Whether work items leave this process (they must then be picklable and self-contained)."""
+        return self.client is not None
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """``[fn(item) for item in items]``, in order, on the engine's workers. ``items`` is consumed
+        lazily: an item is made when there is room for it (in process: one at a time)."""
+        if self.client is None:
+            return [fn(item) for item in items]
+        as_completed: Any = _distributed().as_completed
+
+        results: dict[int, R] = {}
+        window = max(2, 2 * self.workers)
+        pending = iter(enumerate(items))
+        index_of: dict[str, int] = {}
+
+        def submit() -> Any:
+            nxt = next(pending, None)
+            if nxt is None:
+                return None
+            i, item = nxt
+            future = self.client.submit(fn, item, pure=False)
+            index_of[future.key] = i
+            return future
+
+        first = [f for f in (submit() for _ in range(window)) if f is not None]
+        flow = as_completed(first)
+        for future in flow:
+            results[index_of.pop(future.key)] = future.result()
+            future.release()
+            following = submit()
+            if following is not None:
+                flow.add(following)
+        return [results[i] for i in range(len(results))]
+
+    def workers_peak_rss_bytes(self) -> int:
+        """The sum of the peak RSS of every worker process (and each one's nanny, which supervises it);
+        0 in process, where the driver's own peak says it all."""
+        if self.client is None:
+            return 0
+        total = sum(int(v) for v in self.client.run(peak_rss_bytes).values())
+        with contextlib.suppress(ValueError, KeyError, AttributeError):  # workers started without a nanny
+            total += sum(int(v) for v in self.client.run(peak_rss_bytes, nanny=True).values())
+        return total
+
+    def workers_cpu_seconds(self) -> float:
+        """CPU time the worker processes have used so far (0 in process)."""
+        if self.client is None:
+            return 0.0
+        return float(sum(self.client.run(cpu_seconds).values()))
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "workers": self.workers}
+
+
+@contextlib.contextmanager
+def open_engine(workers: int = 1, address: str | None = None) -> Iterator[Engine]:
+    """An engine for one retrain: a cluster's client when ``address`` is set, else a local pool of
+    ``workers`` processes (one thread each: the fits are NumPy-bound and hold the GIL between calls),
+    else, for one worker, this process (no pool to start: the default, and the single-process fit)."""
+    if address is None and workers <= 1:
+        yield Engine("in-process", 1)
+        return
+    dist = _distributed()
+    Client, LocalCluster = dist.Client, dist.LocalCluster
+    if address is not None:
+        try:
+            client: Any = Client(address, timeout="30s")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot reach the Dask scheduler at {address}: {exc}",
+                setting="PREWARM_ENGINE_ADDRESS",
+            ) from exc
+        try:
+            count = len(client.scheduler_info().get("workers", {}))
+            log.info("retrain engine", extra={"address": address, "workers": count})
+            yield Engine("remote", max(count, 1), client)
+        finally:
+            client.close()
+        return
+    # The workers' statistical profiler samples every 10 ms: CPU a fit on shared cores cannot spare.
+    import dask.config
+
+    dask_config: Any = dask.config
+    with dask_config.set({"distributed.worker.profile.enabled": False}):
+        cluster: Any = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.WARNING,
+        )
+    try:
+        client = Client(cluster)
+        try:
+            # Each worker imports the fitting code once now, not inside its first chunk's time.
+            client.run(_import_fitting)
+            log.info("retrain engine", extra={"workers": workers, "kind": "local"})
+            yield Engine("local", workers, client)
+        finally:
+            client.close()
+    finally:
+        cluster.close()
+
+
+def _distributed() -> Any:
+    """The ``distributed`` module (untyped), imported only where a pool or a cluster is used."""
+    try:
+        import distributed
+    except ImportError as exc:  # pragma: no cover - a control-plane install has it
+        raise ConfigError("retraining on more than one worker needs dask distributed") from exc
+    module: Any = distributed
+    return module
+
+
+def _import_fitting() -> None:
+    import forecaster._chunked  # noqa: F401
