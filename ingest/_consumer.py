@@ -37,7 +37,7 @@ from prewarm import BrokerError, IngestSettings, InvalidEvent, KafkaSettings, St
 from prewarm.kafka import broker_errors, ensure_log_topics
 
 from ._dlq import DeadLetterWriter
-from ._fastpath import Fields, fast_fields, schema_fields
+from ._decode import Fields, fast_fields, schema_fields
 from ._kafka import consumer_config
 from ._metrics import METRICS
 from ._store import DemandStore, OffsetConflict, OffsetUpdate
@@ -99,7 +99,7 @@ def count_records(
     add = agg.add_fields
     future = Verdict.FUTURE
     for record in records:
-        # The hot path: one regex match and one window update per canonical event.
+        # The hot path: one msgspec decode and one window update per event.
         value = record.value
         fields = fast_fields(value) if value is not None else None
         if fields is None:

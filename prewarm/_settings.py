@@ -87,7 +87,8 @@ class KafkaSettings(_Section):
     topic_executor_state: str = "prewarm.executor-state"
     kafka_client_id: str = "prewarm"
     kafka_check_crcs: bool = Field(
-        default=False, description="verify record CRC32C on fetch (pure Python in kafka-python: slow)"
+        default=True,
+        description="verify record CRC32C on fetch (kafka-python uses the crc32c C extension, a dependency)",
     )
     # What prewarm creates its topics with (a topic that exists already is left as it is). The defaults
     # fit one broker; on three, replication 3 with min.insync 2 survives the loss of any one broker
@@ -228,8 +229,9 @@ class IngestSettings(_Section):
     ingest_metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve Prometheus /metrics from `ingest run` on this port"
     )
-    producer_compression: Literal["none", "gzip"] = Field(
-        default="gzip", description="request-log producer compression (gzip: the codec without extras)"
+    producer_compression: Literal["none", "gzip", "lz4", "zstd"] = Field(
+        default="lz4",
+        description="request-log producer compression (lz4 and zstd through their C extensions, gzip in zlib)",
     )
     producer_linger_ms: int = Field(default=20, ge=0, le=10_000)
     producer_buffer_bytes: Bytes = Field(
