@@ -36,8 +36,8 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from prewarm import BrokerError, IngestSettings, InvalidEvent, KafkaSettings, StorageError, get_logger
 from prewarm.kafka import broker_errors, ensure_log_topics
 
-from ._dlq import DeadLetterWriter
 from ._decode import Fields, fast_fields, schema_fields
+from ._dlq import DeadLetterWriter
 from ._kafka import consumer_config
 from ._metrics import METRICS
 from ._store import DemandStore, OffsetConflict, OffsetUpdate

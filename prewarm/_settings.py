@@ -229,9 +229,21 @@ class IngestSettings(_Section):
     ingest_metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve Prometheus /metrics from `ingest run` on this port"
     )
+    minute_retention_days: float = Field(
+        default=35.0,
+        ge=1,
+        description="per-minute demand kept this long (the forecaster's 28-day span and a week more); "
+        "older counts are rolled up to hourly",
+    )
+    rollup_interval_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="how often `ingest run` rolls old minutes up and makes partitions ahead; "
+        "0 = never (run `prewarm ingest rollup` from cron instead)",
+    )
     producer_compression: Literal["none", "gzip", "lz4", "zstd"] = Field(
         default="lz4",
-        description="request-log producer compression (lz4 and zstd through their C extensions, gzip in zlib)",
+        description="request-log producer compression (lz4 and zstd: C extensions; gzip: zlib)",
     )
     producer_linger_ms: int = Field(default=20, ge=0, le=10_000)
     producer_buffer_bytes: Bytes = Field(
