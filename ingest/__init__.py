@@ -6,10 +6,11 @@ in one transaction of the ``DemandStore``), ``DeadLetterWriter`` for events it c
 ``generate``).
 
 Read side, for the forecaster and the scheduler: ``DemandStore(url)`` with ``series``, ``bulk``,
-``models_seen`` and ``last_request``.
+``models_seen`` and ``last_request``. Upkeep: ``DemandStore.maintain`` / ``roll_up`` (minutes past the
+retention window become hourly rows, a ``RollupResult``) and ``migrate``.
 
 For operators: ``ingest_stats`` (a group's counters, offsets and ``consumer_lag``) and the throughput
-benchmark ``run_ingest_bench`` (``prewarm bench ingest``).
+benchmarks ``run_ingest_bench`` (``prewarm bench ingest``) and ``run_group_bench`` (``--consumers``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from __future__ import annotations
 from ingest._bench import BenchConfig, run_ingest_bench
 from ingest._consumer import IngestConsumer, IngestSummary
 from ingest._dlq import DeadLetter, DeadLetterWriter, decode_dead_letter
+from ingest._groupbench import run_group_bench
 from ingest._producer import RequestLogProducer, encode_event
 from ingest._replay import ReplayResult, replay_frame
+from ingest._retention import RollupResult
 from ingest._stats import IngestStats, consumer_lag, ingest_stats
 from ingest._store import DemandStore, OffsetConflict, OffsetUpdate, StoredOffset
 from ingest._synthetic import FAMILIES, SyntheticTrace, generate
@@ -40,6 +43,7 @@ __all__ = [
     "OffsetUpdate",
     "ReplayResult",
     "RequestLogProducer",
+    "RollupResult",
     "StoredOffset",
     "SyntheticTrace",
     "Verdict",
@@ -55,5 +59,6 @@ __all__ = [
     "minute_of",
     "read_trace",
     "replay_frame",
+    "run_group_bench",
     "run_ingest_bench",
 ]
