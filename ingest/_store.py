@@ -58,7 +58,7 @@ from ._retention import (
 from ._tables import demand_hour, demand_minute, demand_model, ingest_counter, ingest_offset, metadata
 from ._window import Cell
 
-__all__ = ["DemandStore", "OffsetConflict", "OffsetUpdate", "StoredOffset"]
+__all__ = ["DemandStore", "OffsetConflict", "OffsetUpdate", "StoredOffset", "normalise_url"]
 
 log = get_logger(__name__)
 
@@ -90,7 +90,7 @@ class OffsetUpdate:
     watermark_ms: int | None
 
 
-def _normalise_url(url: str) -> URL:
+def normalise_url(url: str) -> URL:
     parsed = make_url(url)
     # SQLAlchemy's default PostgreSQL driver is psycopg2; this project ships psycopg 3.
     if parsed.drivername in ("postgresql", "postgres"):
@@ -112,7 +112,7 @@ class DemandStore:
 
     def __init__(self, url: str, *, create: bool = True) -> None:
         try:
-            self._url = _normalise_url(url)
+            self._url = normalise_url(url)
         except SQLAlchemyError as exc:
             raise StorageError(f"not a database URL: {url!r}") from exc
         self.dialect = self._url.get_backend_name()

@@ -260,3 +260,38 @@ def bench_ingest(
         f"{result['bare_consumer_events_per_s']:,.0f} events/s (ratio {result['ratio']:.2f})",
         err=json_out is not None and str(json_out) == "-",
     )
+
+
+@bench_app.command("store")
+def bench_store(
+    ctx: typer.Context,
+    models: int = typer.Option(10_000, min=1, help="Synthetic models (rows counted exactly for all)."),
+    days: float = typer.Option(30.0, min=1, help="Simulated days of demand."),
+    retention_days: float = typer.Option(7.0, min=1, help="Minute retention of the rolled-up store."),
+    sample_models: int = typer.Option(50, min=1, help="Models written to a real store to measure bytes/row."),
+    use_settings_store: bool = typer.Option(
+        False,
+        "--settings-store",
+        help="Measure on the configured PostgreSQL (in a scratch schema, dropped after; default: SQLite).",
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here ('-': stdout)."),
+) -> None:
+    """Demand-store size after DAYS of MODELS at the synthetic suite's rates, with and without rollups."""
+    from ingest import run_store_size_bench
+
+    settings = settings_of(ctx)
+    result = run_store_size_bench(
+        models=models,
+        days=days,
+        retention_days=retention_days,
+        sample_models=sample_models,
+        database_url=settings.database_url if use_settings_store else None,
+    )
+    if json_out is not None:
+        write_json(result, json_out)
+    typer.echo(
+        f"store after {days:g} days of {models} models ({result['store']}): "
+        f"{result['bytes_without_rollups'] / 2**20:,.1f} MiB without rollups, "
+        f"{result['bytes_with_rollups'] / 2**20:,.1f} MiB with {retention_days:g}-day minute retention",
+        err=json_out is not None and str(json_out) == "-",
+    )
