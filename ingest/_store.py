@@ -237,10 +237,17 @@ class DemandStore:
         return result
 
     def maintain(self, now: float, retention_s: float) -> RollupResult:
-        """The periodic upkeep: partitions for today and the next days (PostgreSQL), then ``roll_up``."""
+        """The periodic upkeep: partitions for today and the next days (PostgreSQL), then ``roll_up``.
+
+        The window counts back from the newest counted event when that is older than ``now``, so a
+        replayed old trace is not rolled up as it arrives; an empty store has nothing to roll up.
+        """
         today = day_of(int(now))
         created = self._ensure_days(set(range(today, today + _DAYS_AHEAD + 1)))
-        result = self.roll_up(now, retention_s)
+        newest = self._read(sa.select(sa.func.max(demand_model.c.last_ms)))[0][0]
+        if newest is None:
+            return RollupResult(rollup_cutoff(now, retention_s), 0, 0, 0, created)
+        result = self.roll_up(min(now, newest / 1000.0), retention_s)
         return dataclasses.replace(result, partitions_created=created)
 
     def close(self) -> None:

@@ -148,3 +148,11 @@ def test_postgres_store_from_before_partitioning_migrates_with_its_rows(store_ur
         assert store.totals() == {"a": 7}
         store.add_counts({("a", T0 + 2 * DAY): Cell(1, 0, 0.0)}, {})
         assert store.totals() == {"a": 8}
+
+
+def test_upkeep_counts_the_window_back_from_the_newest_event_not_past_it(store: DemandStore) -> None:
+    cells = _fill(store)  # newest event at T0
+    much_later = T0 + 400 * DAY  # a replayed old trace: the wall clock is far ahead of the data
+    result = store.maintain(now=much_later, retention_s=2 * DAY)
+    assert result.cutoff == T0 - 2 * DAY
+    assert store.row_counts()["demand_minute"] == len([k for k in cells if k[1] >= T0 - 2 * DAY])
