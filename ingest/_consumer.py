@@ -15,6 +15,10 @@ How exactly-once holds:
 
 Dead letters are flushed (``acks=all``) before the batch commits, so none is lost.
 
+Every ``rollup_interval_s`` the consumer also keeps the store bounded (``DemandStore.maintain``:
+partitions ahead, minutes past the retention window rolled up to hours); several consumers doing so
+is safe, since a rollup is idempotent and serialised against every writer.
+
 Late events are counted into their own minute as part of the batch (``_window.py`` says how late is
 late), so a late minute is written in the same transaction as the offset that reads past it: a kill
 can neither lose a late correction nor apply it twice. Events beyond ``max_lateness_s`` are counted as
@@ -36,8 +40,8 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from prewarm import BrokerError, IngestSettings, InvalidEvent, KafkaSettings, StorageError, get_logger
 from prewarm.kafka import broker_errors, ensure_log_topics
 
+from ._decode import Fields, fast_fields, schema_fields
 from ._dlq import DeadLetterWriter
-from ._fastpath import Fields, fast_fields, schema_fields
 from ._kafka import consumer_config
 from ._metrics import METRICS
 from ._store import DemandStore, OffsetConflict, OffsetUpdate
@@ -99,7 +103,7 @@ def count_records(
     add = agg.add_fields
     future = Verdict.FUTURE
     for record in records:
-        # The hot path: one regex match and one window update per canonical event.
+        # The hot path: one msgspec decode and one window update per event.
         value = record.value
         fields = fast_fields(value) if value is not None else None
         if fields is None:
@@ -162,6 +166,7 @@ class IngestConsumer:
         self._batch_started: float | None = None
         self._assign_error: BaseException | None = None
         self._failures = 0
+        self._next_upkeep = time.monotonic()
         self.summary = IngestSummary()
         # A broker without auto-creation (production) would leave the group waiting for a topic forever.
         ensure_log_topics(kafka, topic=self.topic)
@@ -331,6 +336,17 @@ class IngestConsumer:
             time.sleep(pause)
             self._rewind()
 
+    def _upkeep(self) -> None:
+        """Partitions ahead and the rollup, when due; a failure waits for the next interval."""
+        interval = self.settings.rollup_interval_s
+        if not interval or time.monotonic() < self._next_upkeep:
+            return
+        self._next_upkeep = time.monotonic() + interval
+        try:
+            self.store.maintain(self.clock(), self.settings.minute_retention_days * 86_400)
+        except StorageError as exc:
+            log.warning("demand store upkeep failed; next try in one interval", extra={"error": str(exc)})
+
     # ------------------------------------------------------------------ loop
 
     def run(
@@ -351,6 +367,7 @@ class IngestConsumer:
         gc.set_threshold(_GC_GEN0_THRESHOLD, thresholds[1], thresholds[2])
         try:
             while not stop.is_set():
+                self._upkeep()
                 polled = self._poll(poll_ms)
                 if self._assign_error is not None:
                     error, self._assign_error = self._assign_error, None

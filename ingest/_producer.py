@@ -1,11 +1,11 @@
 """The gateway-side producer of request-log events.
 
-``RequestLogProducer`` batches (``linger_ms``), compresses (gzip: the only codec kafka-python has
-without optional C extensions, none of which this project installs), waits for ``acks=all`` with
-idempotence (as every prewarm producer), and bounds what it holds: once ``buffer_bytes`` of events are
-sent but not yet acknowledged, ``send`` blocks, and after ``max_block_s`` of a broker that does not
-answer it raises ``BrokerError`` instead of growing without limit. A delivery failure is reported by
-the next ``send`` or ``flush``.
+``RequestLogProducer`` batches (``linger_ms``), compresses (lz4 by default; zstd, gzip or none: the
+``lz4`` and ``zstandard`` C extensions are dependencies, so every consumer reads them), waits for
+``acks=all`` with idempotence (as every prewarm producer), and bounds what it holds: once
+``buffer_bytes`` of events are sent but not yet acknowledged, ``send`` blocks, and after
+``max_block_s`` of a broker that does not answer it raises ``BrokerError`` instead of growing without
+limit. A delivery failure is reported by the next ``send`` or ``flush``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class RequestLogProducer:
         topic: str = "prewarm.requests",
         *,
         client_id: str = "prewarm-gateway",
-        compression: str = "gzip",
+        compression: str = "lz4",
         linger_ms: int = 20,
         batch_bytes: int = 256 * 1024,
         buffer_bytes: int = 32 * 2**20,

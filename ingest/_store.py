@@ -2,7 +2,9 @@
 
 Tables (created on first use, all in the URL's default schema):
 
-- ``demand_minute``: (model, minute) → requests, cold_starts, wait_ms (summed wait of the minute)
+- ``demand_minute``: (model, minute) → requests, cold_starts, wait_ms (summed wait of the minute), for
+  the retention window; range-partitioned by day on PostgreSQL
+- ``demand_hour``: (model, hour) → the same, for what is older (``_retention.py``: rollup, partitions)
 - ``demand_model``: model → first and last event time seen (epoch ms)
 - ``ingest_offset``: (group, topic, partition) → next offset to read, and the partition's watermark
 - ``ingest_counter``: (group, name) → value: records, events counted, late events counted
@@ -16,11 +18,13 @@ partition without noticing (a zombie) can never commit over the new owner: its t
 Any minute can be added to at any time, however old: a late event's minute is one more upserted row of
 the same transaction, so late corrections are exactly-once too.
 
-Readers (forecaster, scheduler) use ``series``, ``bulk``, ``models_seen`` and ``last_request``.
+Readers (forecaster, scheduler) use ``series``, ``bulk``, ``models_seen`` and ``last_request``; they
+see minute and hourly rows as one per-minute history (an hour spread over its minutes).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,50 +42,31 @@ from sqlalchemy.exc import IntegrityError as SAIntegrityError
 
 from prewarm import StorageError, get_logger
 
+from ._retention import (
+    DAY_S,
+    ROLLUP_LOCK,
+    RollupResult,
+    create_partitions,
+    day_of,
+    is_partitioned,
+    migrate_to_partitions,
+    partition_days,
+    roll_up,
+    rollup_cutoff,
+    spread_hours,
+)
+from ._tables import demand_hour, demand_minute, demand_model, ingest_counter, ingest_offset, metadata
 from ._window import Cell
 
-__all__ = ["DemandStore", "OffsetConflict", "OffsetUpdate", "StoredOffset"]
+__all__ = ["DemandStore", "OffsetConflict", "OffsetUpdate", "StoredOffset", "normalise_url"]
 
 log = get_logger(__name__)
-
-_metadata = sa.MetaData()
-demand_minute = sa.Table(
-    "demand_minute",
-    _metadata,
-    sa.Column("model", sa.String(128), primary_key=True),
-    sa.Column("minute", sa.BigInteger, primary_key=True, doc="epoch seconds of the minute start"),
-    sa.Column("requests", sa.BigInteger, nullable=False),
-    sa.Column("cold_starts", sa.BigInteger, nullable=False),
-    sa.Column("wait_ms", sa.Float, nullable=False),
-)
-demand_model = sa.Table(
-    "demand_model",
-    _metadata,
-    sa.Column("model", sa.String(128), primary_key=True),
-    sa.Column("first_ms", sa.BigInteger, nullable=False),
-    sa.Column("last_ms", sa.BigInteger, nullable=False),
-)
-ingest_offset = sa.Table(
-    "ingest_offset",
-    _metadata,
-    sa.Column("group_id", sa.String(255), primary_key=True),
-    sa.Column("topic", sa.String(255), primary_key=True),
-    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("next_offset", sa.BigInteger, nullable=False),
-    sa.Column("watermark_ms", sa.BigInteger, nullable=True),
-    sa.Column("updated_at", sa.Float, nullable=False),
-)
-ingest_counter = sa.Table(
-    "ingest_counter",
-    _metadata,
-    sa.Column("group_id", sa.String(255), primary_key=True),
-    sa.Column("name", sa.String(128), primary_key=True),
-    sa.Column("value", sa.BigInteger, nullable=False),
-)
 
 # Retries for errors a second attempt can fix: SQLite "database is locked", PostgreSQL deadlocks and
 # serialization failures, a dropped connection. A batch is one transaction, so a retry is safe.
 _ATTEMPTS = 5
+# Partitions made ahead of time by ``maintain``: today and this many days after.
+_DAYS_AHEAD = 2
 
 
 class OffsetConflict(StorageError):
@@ -105,7 +90,7 @@ class OffsetUpdate:
     watermark_ms: int | None
 
 
-def _normalise_url(url: str) -> URL:
+def normalise_url(url: str) -> URL:
     parsed = make_url(url)
     # SQLAlchemy's default PostgreSQL driver is psycopg2; this project ships psycopg 3.
     if parsed.drivername in ("postgresql", "postgres"):
@@ -127,15 +112,21 @@ class DemandStore:
 
     def __init__(self, url: str, *, create: bool = True) -> None:
         try:
-            self._url = _normalise_url(url)
+            self._url = normalise_url(url)
         except SQLAlchemyError as exc:
             raise StorageError(f"not a database URL: {url!r}") from exc
         self.dialect = self._url.get_backend_name()
         if self.dialect not in ("sqlite", "postgresql"):
             raise StorageError(f"unsupported database {self.dialect!r}: use sqlite or postgresql")
         self.engine = self._make_engine()
+        # PostgreSQL: whether demand_minute is partitioned (False for a store not migrated yet), and
+        # the days known to have a partition, so that a batch checks the catalogue only for new days.
+        self.partitioned = False
+        self._days: set[int] = set()
         if create:
             self.create()
+        elif self.dialect == "postgresql":
+            self._load_partitions()
 
     # ------------------------------------------------------------------ set-up
 
@@ -171,7 +162,9 @@ class DemandStore:
         """Create the tables if they do not exist (idempotent, safe from several processes)."""
         for attempt in range(3):
             try:
-                _metadata.create_all(self.engine, checkfirst=True)
+                metadata.create_all(self.engine, checkfirst=True)
+                if self.dialect == "postgresql":
+                    self._load_partitions()
                 return
             except SQLAlchemyError as exc:
                 # Two processes creating the tables at the same moment: one of them loses the race on
@@ -179,6 +172,83 @@ class DemandStore:
                 if attempt == 2:
                     raise StorageError(f"cannot create demand tables: {exc}") from exc
                 time.sleep(0.1 * (attempt + 1))
+
+    def _load_partitions(self) -> None:
+        try:
+            with self.engine.connect() as conn:
+                self.partitioned = is_partitioned(conn)
+                self._days = partition_days(conn) if self.partitioned else set()
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot read the demand store's partitions: {exc}") from exc
+
+    def _ensure_days(self, days: set[int]) -> int:
+        """Create the partitions of ``days`` not known to exist; returns how many were created. Its own
+        transaction: DDL that any writer may repeat, so it need not be part of a batch."""
+        missing = days - self._days
+        if not missing or not self.partitioned:
+            return 0
+        created = 0
+
+        def body(conn: Connection) -> None:
+            nonlocal created
+            created = create_partitions(conn, missing)
+
+        self._transaction(body, shared_lock=False)
+        self._days |= missing
+        return created
+
+    def migrate(self) -> int:
+        """Bring an existing store to this layout: create missing tables (``demand_hour``) and, on
+        PostgreSQL, turn a plain ``demand_minute`` into the partitioned one, rows included, in one
+        transaction that no writer overlaps. Idempotent; returns the minute rows moved."""
+        metadata.create_all(self.engine, checkfirst=True)
+        moved = 0
+        if self.dialect == "postgresql":
+
+            def body(conn: Connection) -> None:
+                nonlocal moved
+                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(ROLLUP_LOCK)))
+                moved = migrate_to_partitions(conn)
+
+            self._transaction(body, shared_lock=False)
+            self._load_partitions()
+        return moved
+
+    # ------------------------------------------------------------------ retention
+
+    def roll_up(self, now: float, retention_s: float) -> RollupResult:
+        """Roll minute rows older than the retention window up into hourly rows (``_retention.py``).
+
+        One transaction; idempotent. The cutoff is the UTC midnight at or before ``now - retention_s``.
+        """
+        cutoff = rollup_cutoff(now, retention_s)
+        result = RollupResult(cutoff, 0, 0, 0, 0)
+
+        def body(conn: Connection) -> None:
+            nonlocal result
+            if self.dialect == "postgresql":
+                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(ROLLUP_LOCK)))
+            result = roll_up(conn, self.dialect, cutoff, partitioned=self.partitioned)
+
+        self._transaction(body, shared_lock=False)
+        if self.partitioned:
+            self._days = {d for d in self._days if (d + 1) * DAY_S > cutoff}
+        log.info("demand rolled up", extra=result.to_json())
+        return result
+
+    def maintain(self, now: float, retention_s: float) -> RollupResult:
+        """The periodic upkeep: partitions for today and the next days (PostgreSQL), then ``roll_up``.
+
+        The window counts back from the newest counted event when that is older than ``now``, so a
+        replayed old trace is not rolled up as it arrives; an empty store has nothing to roll up.
+        """
+        today = day_of(int(now))
+        created = self._ensure_days(set(range(today, today + _DAYS_AHEAD + 1)))
+        newest = self._read(sa.select(sa.func.max(demand_model.c.last_ms)))[0][0]
+        if newest is None:
+            return RollupResult(rollup_cutoff(now, retention_s), 0, 0, 0, created)
+        result = self.roll_up(min(now, newest / 1000.0), retention_s)
+        return dataclasses.replace(result, partitions_created=created)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -321,7 +391,7 @@ class DemandStore:
             self._write(conn, cells, last_seen_ms)
             self._bump(conn, group, counters or {})
 
-        self._transaction(body)
+        self._transaction(body, days={day_of(minute) for _, minute in cells})
 
     def add_counts(self, cells: Mapping[tuple[str, int], Cell], last_seen_ms: Mapping[str, int]) -> None:
         """Add counts without offsets (backfills, tests): not exactly-once by itself.
@@ -333,18 +403,31 @@ class DemandStore:
         for model, minute in cells:
             if model not in last_seen_ms:
                 seen[model] = max(seen.get(model, 0), minute * 1000)
-        self._transaction(lambda conn: self._write(conn, cells, seen))
+        self._transaction(
+            lambda conn: self._write(conn, cells, seen), days={day_of(minute) for _, minute in cells}
+        )
 
-    def _transaction(self, body: Callable[[Connection], None]) -> None:
+    def _transaction(
+        self, body: Callable[[Connection], None], *, shared_lock: bool = True, days: set[int] | None = None
+    ) -> None:
+        """Run ``body`` in one write transaction, retried on transient errors. On PostgreSQL a writer
+        holds ``ROLLUP_LOCK`` shared (``shared_lock``), so a rollup never overlaps a batch, and the
+        partitions of ``days`` (the days ``body`` writes minutes of) are made first."""
         delay = 0.05
         for attempt in range(1, _ATTEMPTS + 1):
             try:
+                if days:
+                    self._ensure_days(days)
                 with self.engine.connect().execution_options(prewarm_write=True) as conn, conn.begin():
+                    if shared_lock and self.dialect == "postgresql":
+                        conn.execute(sa.select(sa.func.pg_advisory_xact_lock_shared(ROLLUP_LOCK)))
                     body(conn)
                 return
             except OffsetConflict:
                 raise
             except DBAPIError as exc:
+                if attempt < _ATTEMPTS and self._lost_partition(exc):
+                    continue
                 if attempt < _ATTEMPTS and _transient(exc):
                     log.warning(
                         "store write failed, retrying", extra={"attempt": attempt, "error": str(exc.orig)}
@@ -355,6 +438,15 @@ class DemandStore:
                 raise StorageError(f"demand store write failed: {exc.orig}") from exc
             except SQLAlchemyError as exc:
                 raise StorageError(f"demand store write failed: {exc}") from exc
+
+    def _lost_partition(self, exc: DBAPIError) -> bool:
+        """A partition this process knew of was dropped by a rollup elsewhere: find out again."""
+        if not self.partitioned or getattr(exc.orig, "sqlstate", None) != "23514":
+            return False
+        if "no partition" not in str(exc.orig):
+            return False
+        self._load_partitions()
+        return True
 
     # ------------------------------------------------------------------ offsets and counters
 
@@ -417,7 +509,8 @@ class DemandStore:
     def bulk(self, models: Sequence[str] | None, start: float, end: float, step: int = 60) -> pd.DataFrame:
         """Requests per step for many models at once: index as in ``series``, one column per model.
 
-        ``models=None`` means every model seen. Columns follow the order of ``models``.
+        ``models=None`` means every model seen. Columns follow the order of ``models``. Minutes that
+        have been rolled up into hours read as the hour's count spread evenly over its minutes.
         """
         grid = self._grid(start, end, step)
         names = list(models) if models is not None else self.models_seen()
@@ -430,9 +523,12 @@ class DemandStore:
         if models is not None:
             stmt = stmt.where(t.c.model.in_(names))
         rows = self._read(stmt)
-        if not rows:
+        hourly = self._hour_rows(models is not None, names, first, stop)
+        if not rows and not hourly:
             return frame
         raw = pd.DataFrame(rows, columns=["model", "minute", "requests"])
+        if hourly:
+            raw = pd.concat([raw, self._spread(hourly, first, stop)], ignore_index=True)
         raw["ts"] = (raw["minute"].astype(np.int64) // step) * step
         summed = raw.groupby(["ts", "model"])["requests"].sum().unstack("model", fill_value=0)
         summed = summed.reindex(index=grid, columns=names, fill_value=0).astype(np.int64)
@@ -440,10 +536,26 @@ class DemandStore:
         summed.columns = pd.Index(names)
         return summed
 
+    def _hour_rows(self, only: bool, names: Sequence[str], first: int, stop: int) -> list[Any]:
+        h = demand_hour.c
+        stmt = sa.select(h.model, h.hour, h.requests).where(h.hour > first - 3600, h.hour < stop)
+        if only:
+            stmt = stmt.where(h.model.in_(names))
+        return self._read(stmt)
+
+    @staticmethod
+    def _spread(hourly: list[Any], first: int, stop: int) -> pd.DataFrame:
+        models = np.array([r[0] for r in hourly], dtype=object)
+        hours = np.array([r[1] for r in hourly], dtype=np.int64)
+        counts = np.array([r[2] for r in hourly], dtype=np.int64)
+        rows, minute, requests = spread_hours(hours, counts, first, stop)
+        return pd.DataFrame({"model": models[rows], "minute": minute, "requests": requests})
+
     def minutes(
         self, since: float | None = None, model: str | None = None
     ) -> Iterator[tuple[str, int, int, int, float]]:
-        """Rows ``(model, minute, requests, cold_starts, wait_ms)`` of the minutes from ``since`` on."""
+        """Rows ``(model, minute, requests, cold_starts, wait_ms)`` of the minutes from ``since`` on
+        (minute rows only: what is still within the retention window)."""
         t = demand_minute
         stmt = sa.select(t.c.model, t.c.minute, t.c.requests, t.c.cold_starts, t.c.wait_ms).order_by(
             t.c.minute, t.c.model
@@ -460,7 +572,16 @@ class DemandStore:
             raise StorageError(f"demand store read failed: {exc}") from exc
 
     def totals(self) -> dict[str, int]:
-        """Requests per model over all time."""
-        t = demand_minute
-        rows = self._read(sa.select(t.c.model, sa.func.sum(t.c.requests)).group_by(t.c.model))
-        return {str(m): int(n) for m, n in rows}
+        """Requests per model over all time, hourly rollups included."""
+        totals: dict[str, int] = {}
+        for t in (demand_minute, demand_hour):
+            for m, n in self._read(sa.select(t.c.model, sa.func.sum(t.c.requests)).group_by(t.c.model)):
+                totals[str(m)] = totals.get(str(m), 0) + int(n)
+        return totals
+
+    def row_counts(self) -> dict[str, int]:
+        """Rows of the minute and hourly tables (store size checks, benchmarks)."""
+        return {
+            t.name: int(self._read(sa.select(sa.func.count()).select_from(t))[0][0])
+            for t in (demand_minute, demand_hour)
+        }

@@ -18,13 +18,14 @@ does not change when more models are generated; the whole thing is numpy-vectori
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-__all__ = ["DEFAULT_START", "FAMILIES", "SyntheticTrace", "generate"]
+__all__ = ["DEFAULT_START", "FAMILIES", "SyntheticTrace", "generate", "minute_counts"]
 
 DEFAULT_START = 1704067200.0  # 2024-01-01T00:00:00Z, a Monday
 FAMILIES = ("diurnal", "cron_daily", "cron_hourly", "sparse", "bursty", "launch", "deprecation")
@@ -64,32 +65,18 @@ def generate(
 
     ``only``: generate just these rows of that trace (model ``i`` is the same whichever rows are asked
     for), so a benchmark can produce thousands of series a chunk at a time."""
-    if models < 0:
-        raise ValueError("models must be >= 0")
-    if days <= 0:
-        raise ValueError("days must be > 0")
-    n_min = round(days * _DAY_MIN)
-    width = max(4, len(str(max(models - 1, 0))))
-    ids = [f"syn-{i:0{width}d}" for i in range(models)]
-    assign = np.random.default_rng([seed, 1_000_003])
-    families = [
-        FAMILIES[i] if i < len(FAMILIES) else FAMILIES[int(assign.choice(len(FAMILIES), p=_WEIGHTS))]
-        for i in range(models)
-    ]
+    ids, families = _ids_and_families(models, seed)
+    n_min = _minutes(days)
     rows = range(models) if only is None else range(models)[only.start : only.stop : only.step]
-    ids, families = [ids[i] for i in rows], [families[i] for i in rows]
-    cal = _Calendar(start, n_min)
     counts = np.zeros((len(rows), n_min), dtype=np.int32)
     stamps: list[npt.NDArray[np.float64]] = []
     codes: list[npt.NDArray[np.int32]] = []
-    for i, (index, family) in enumerate(zip(rows, families, strict=True)):
-        rng = np.random.default_rng([seed, index])
-        rate = _RATE[family](rng, cal)
-        row = rng.poisson(rate)
+    for i, row, rng in _rows(families, n_min, seed, start, rows):
         counts[i] = row
         minute = np.repeat(np.arange(n_min), row)
         stamps.append(start + 60.0 * (minute + rng.random(minute.size)))
         codes.append(np.full(minute.size, i, dtype=np.int32))
+    ids, families = [ids[r] for r in rows], [families[r] for r in rows]
     ts = np.concatenate(stamps) if stamps else np.zeros(0)
     cd = np.concatenate(codes) if codes else np.zeros(0, dtype=np.int32)
     order = np.argsort(ts, kind="stable")
@@ -106,6 +93,48 @@ def generate(
         start=float(start),
         counts=counts,
     )
+
+
+def minute_counts(
+    models: int, days: float, *, seed: int = 0, start: float = DEFAULT_START
+) -> Iterator[tuple[str, npt.NDArray[np.int64]]]:
+    """``(model id, per-minute counts)`` one model at a time, the same series ``generate`` makes,
+    without the events: for store-size benchmarks at scales whose events would not fit in memory."""
+    ids, families = _ids_and_families(models, seed)
+    for i, row, _rng in _rows(families, _minutes(days), seed, start):
+        yield ids[i], row
+
+
+def _minutes(days: float) -> int:
+    if days <= 0:
+        raise ValueError("days must be > 0")
+    return round(days * _DAY_MIN)
+
+
+def _ids_and_families(models: int, seed: int) -> tuple[list[str], list[str]]:
+    if models < 0:
+        raise ValueError("models must be >= 0")
+    width = max(4, len(str(max(models - 1, 0))))
+    ids = [f"syn-{i:0{width}d}" for i in range(models)]
+    assign = np.random.default_rng([seed, 1_000_003])
+    families = [
+        FAMILIES[i] if i < len(FAMILIES) else FAMILIES[int(assign.choice(len(FAMILIES), p=_WEIGHTS))]
+        for i in range(models)
+    ]
+    return ids, families
+
+
+def _rows(
+    families: list[str], n_min: int, seed: int, start: float, rows: range | None = None
+) -> Iterator[tuple[int, npt.NDArray[np.int64], np.random.Generator]]:
+    """Each model's Poisson counts (of ``rows``, by default all), drawn from its own stream ``(seed,
+    index)``, with its position among ``rows``; the stream is handed on, so ``generate`` draws the
+    events' offsets from it next, as it always has."""
+    cal = _Calendar(start, n_min)
+    for i, index in enumerate(range(len(families)) if rows is None else rows):
+        rng = np.random.default_rng([seed, index])
+        rate = _RATE[families[index]](rng, cal)
+        yield i, rng.poisson(rate), rng
 
 
 class _Calendar:

@@ -87,7 +87,8 @@ class KafkaSettings(_Section):
     topic_executor_state: str = "prewarm.executor-state"
     kafka_client_id: str = "prewarm"
     kafka_check_crcs: bool = Field(
-        default=False, description="verify record CRC32C on fetch (pure Python in kafka-python: slow)"
+        default=True,
+        description="verify record CRC32C on fetch (kafka-python uses the crc32c C extension, a dependency)",
     )
     # What prewarm creates its topics with (a topic that exists already is left as it is). The defaults
     # fit one broker; on three, replication 3 with min.insync 2 survives the loss of any one broker
@@ -231,8 +232,21 @@ class IngestSettings(_Section):
     ingest_metrics_host: str = Field(
         default="127.0.0.1", description="address of that /metrics server (0.0.0.0 in a pod, to be scraped)"
     )
-    producer_compression: Literal["none", "gzip"] = Field(
-        default="gzip", description="request-log producer compression (gzip: the codec without extras)"
+    minute_retention_days: float = Field(
+        default=35.0,
+        ge=1,
+        description="per-minute demand kept this long (the forecaster's 28-day span and a week more); "
+        "older counts are rolled up to hourly",
+    )
+    rollup_interval_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="how often `ingest run` rolls old minutes up and makes partitions ahead; "
+        "0 = never (run `prewarm ingest rollup` from cron instead)",
+    )
+    producer_compression: Literal["none", "gzip", "lz4", "zstd"] = Field(
+        default="lz4",
+        description="request-log producer compression (lz4 and zstd: C extensions; gzip: zlib)",
     )
     producer_linger_ms: int = Field(default=20, ge=0, le=10_000)
     producer_buffer_bytes: Bytes = Field(

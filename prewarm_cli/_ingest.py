@@ -106,6 +106,47 @@ def _write_rows(rows: Any, handle: Any) -> None:
         writer.writerow([model, minute, requests, cold_starts])
 
 
+@app.command("rollup")
+def rollup(
+    ctx: typer.Context,
+    retention_days: float | None = typer.Option(
+        None, min=1, help="Keep minutes this long (default: the minute_retention_days setting)."
+    ),
+    at: str | None = typer.Option(None, help="Roll up as of this time (epoch s or ISO-8601; default now)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+) -> None:
+    """Roll minutes older than the retention window up to hourly rows (idempotent, one transaction);
+    on PostgreSQL also make the day partitions ahead and drop the rolled-up ones."""
+    import time
+
+    from ingest import DemandStore
+
+    settings = settings_of(ctx)
+    now = parse_time(at, "--at") if at is not None else time.time()
+    days = retention_days if retention_days is not None else settings.ingest.minute_retention_days
+    with DemandStore(settings.database_url) as store:
+        result = store.maintain(now, days * 86_400)
+    if as_json:
+        write_json(result.to_json(), None)
+        return
+    typer.echo(
+        f"rolled up {result.minute_rows} minute rows before {result.cutoff} into {result.hour_rows} "
+        f"hourly rows; partitions dropped {result.partitions_dropped}, created {result.partitions_created}"
+    )
+
+
+@app.command("migrate")
+def migrate(ctx: typer.Context) -> None:
+    """Bring an existing demand store to the current layout (hourly table; PostgreSQL: the minute
+    table partitioned by day, rows moved in one transaction). Idempotent; stop consumers first."""
+    from ingest import DemandStore
+
+    with DemandStore(settings_of(ctx).database_url) as store:
+        moved = store.migrate()
+        layout = "partitioned by day" if store.partitioned else "one table"
+    typer.echo(f"demand store migrated: minute table {layout}; {moved} minute rows moved")
+
+
 @app.command("stats")
 def stats(
     ctx: typer.Context,
@@ -152,26 +193,65 @@ def bench_ingest(
     events: int = typer.Option(200_000, min=1, help="Events to produce and consume."),
     partitions: int = typer.Option(1, min=1, max=64, help="Partitions of the fresh topic."),
     models: int = typer.Option(50, min=1, help="Distinct model ids in the events."),
-    compression: str = typer.Option("none", help="Producer compression: none or gzip."),
+    compression: str = typer.Option("none", help="Producer compression: none, gzip, lz4 or zstd."),
+    consumers: str | None = typer.Option(
+        None,
+        help="Comma-separated consumer-process counts (e.g. 1,2): measure the group's throughput "
+        "per count instead of one consumer against a bare poll loop.",
+    ),
     rounds: int = typer.Option(3, min=1, max=20, help="Interleaved (bare, ingest) pass pairs; best of each."),
     use_settings_store: bool = typer.Option(
         False, "--settings-store", help="Use the configured database (default: a fresh SQLite file)."
     ),
     json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here ('-': stdout)."),
 ) -> None:
-    """Produce N events to a fresh topic; measure the consumer into the store against a bare poll loop."""
-    from ingest import BenchConfig, run_ingest_bench
+    """Produce N events to a fresh topic; measure the consumer into the store against a bare poll loop
+    (or, with --consumers, the group's events/s and CPU seconds per number of consumer processes)."""
+    from ingest import BenchConfig, run_group_bench, run_ingest_bench
 
-    if compression not in ("none", "gzip"):
-        raise InvalidInput(f"compression must be none or gzip, not {compression!r}", reason="option")
+    if compression not in ("none", "gzip", "lz4", "zstd"):
+        raise InvalidInput(
+            f"compression must be none, gzip, lz4 or zstd, not {compression!r}", reason="option"
+        )
     settings = settings_of(ctx)
+    url = settings.database_url if use_settings_store else None
+    if consumers is not None:
+        try:
+            counts = tuple(int(c) for c in consumers.split(",") if c.strip())
+        except ValueError as exc:
+            raise InvalidInput(
+                f"--consumers must be counts like 1,2, not {consumers!r}", reason="option"
+            ) from exc
+        if not counts or min(counts) < 1:
+            raise InvalidInput("--consumers needs counts of at least 1", reason="option")
+        group = run_group_bench(
+            settings.kafka,
+            settings.ingest,
+            events=events,
+            partitions=partitions,
+            consumers=counts,
+            models=models,
+            compression=compression,
+            rounds=rounds,
+            database_url=url,
+        )
+        if json_out is not None:
+            write_json(group, json_out)
+        for r in group["runs"]:
+            typer.echo(
+                f"ingest with {r['consumers']} consumer(s) on {partitions} partitions: "
+                f"{r['events_per_s']:,.0f} events/s, {r['cpu_seconds']:.2f} CPU s "
+                f"({r['events_per_cpu_s'] or 0:,.0f} events/CPU s), exact={r['exact']}",
+                err=json_out is not None and str(json_out) == "-",
+            )
+        return
     config = BenchConfig(
         events=events,
         partitions=partitions,
         models=models,
         compression=compression,
         rounds=rounds,
-        database_url=settings.database_url if use_settings_store else None,
+        database_url=url,
     )
     result = run_ingest_bench(settings.kafka, settings.ingest, config)
     if json_out is not None:
@@ -179,5 +259,40 @@ def bench_ingest(
     typer.echo(
         f"ingest: {result['events_per_s']:,.0f} events/s into the store, bare poll loop "
         f"{result['bare_consumer_events_per_s']:,.0f} events/s (ratio {result['ratio']:.2f})",
+        err=json_out is not None and str(json_out) == "-",
+    )
+
+
+@bench_app.command("store")
+def bench_store(
+    ctx: typer.Context,
+    models: int = typer.Option(10_000, min=1, help="Synthetic models (rows counted exactly for all)."),
+    days: float = typer.Option(30.0, min=1, help="Simulated days of demand."),
+    retention_days: float = typer.Option(7.0, min=1, help="Minute retention of the rolled-up store."),
+    sample_models: int = typer.Option(50, min=1, help="Models written to a real store to measure bytes/row."),
+    use_settings_store: bool = typer.Option(
+        False,
+        "--settings-store",
+        help="Measure on the configured PostgreSQL (in a scratch schema, dropped after; default: SQLite).",
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here ('-': stdout)."),
+) -> None:
+    """Demand-store size after DAYS of MODELS at the synthetic suite's rates, with and without rollups."""
+    from ingest import run_store_size_bench
+
+    settings = settings_of(ctx)
+    result = run_store_size_bench(
+        models=models,
+        days=days,
+        retention_days=retention_days,
+        sample_models=sample_models,
+        database_url=settings.database_url if use_settings_store else None,
+    )
+    if json_out is not None:
+        write_json(result, json_out)
+    typer.echo(
+        f"store after {days:g} days of {models} models ({result['store']}): "
+        f"{result['bytes_without_rollups'] / 2**20:,.1f} MiB without rollups, "
+        f"{result['bytes_with_rollups'] / 2**20:,.1f} MiB with {retention_days:g}-day minute retention",
         err=json_out is not None and str(json_out) == "-",
     )
