@@ -414,24 +414,12 @@ class L2Cache:
             tw.version,
             tw.name,
         )
-        try:
+
+        def rename() -> None:
             obj.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._index_lock:
-                tw.path.replace(obj.path)
-                try:
-                    fsync_dir(obj.path.parent)
-                    entries = self._read_index()
-                    entries[obj.sha256] = obj.to_index()
-                    self._write_index(entries)
-                except OSError:
-                    obj.path.unlink(missing_ok=True)  # renamed but not indexed: not an object
-                    raise
-        except OSError as exc:
-            self.abandon(tw)
-            raise StorageError(f"L2: publishing {obj.path} failed: {exc.strerror}") from exc
-        self.cache.commit(tw.sha256, obj)
-        self.bypasses.recovered()
-        return obj
+            tw.path.replace(obj.path)
+
+        return self._install(obj, rename, lambda: self.abandon(tw))
 
     def abandon(self, tw: TempWrite) -> None:
         tw.close()
@@ -487,24 +475,34 @@ class L2Cache:
             cw.version,
             members=members,
         )
+
+        def rename() -> None:
+            if obj.path.exists():
+                remove_tree(obj.path, self.root / CHECKPOINTS)  # unindexed leftovers of a crash
+            obj.path.parent.mkdir(parents=True, exist_ok=True)
+            cw.directory.replace(obj.path)
+
+        return self._install(obj, rename, lambda: self.abandon_checkpoint(cw))
+
+    def _install(self, obj: L2Object, rename: Callable[[], None], abandon: Callable[[], None]) -> L2Object:
+        """Put a verified download (file or directory) in place with ``rename`` and index it, under the
+        index lock: a copy renamed but not indexed is removed again (it is not an object), and on any
+        disk error the download is ``abandon``ed and a ``StorageError`` raised."""
         try:
             with self._index_lock:
-                if obj.path.exists():
-                    remove_tree(obj.path, self.root / CHECKPOINTS)  # unindexed leftovers of a crash
-                obj.path.parent.mkdir(parents=True, exist_ok=True)
-                cw.directory.replace(obj.path)
+                rename()
                 try:
                     fsync_dir(obj.path.parent)
                     entries = self._read_index()
                     entries[obj.sha256] = obj.to_index()
                     self._write_index(entries)
                 except OSError:
-                    remove_tree(obj.path, self.root / CHECKPOINTS)  # renamed but not indexed
+                    self._remove(obj.path)
                     raise
         except OSError as exc:
-            self.abandon_checkpoint(cw)
+            abandon()
             raise StorageError(f"L2: publishing {obj.path} failed: {exc.strerror}") from exc
-        self.cache.commit(cw.sha256, obj)
+        self.cache.commit(obj.sha256, obj)
         self.bypasses.recovered()
         return obj
 
