@@ -14,6 +14,7 @@ definition of what a run measured, for every policy.
 from __future__ import annotations
 
 from sim._bench import SETTINGS, PolicyBench, Target, judge, run_policy_bench
+from sim._bound import poisson_idle_bound
 from sim._hints import read_hints
 from sim._histogram import HistogramPolicy, IdleHistogram, Windows
 from sim._metrics import SimMetrics, metrics
@@ -96,6 +97,7 @@ __all__ = [
     "metrics",
     "order_for",
     "pareto_front",
+    "poisson_idle_bound",
     "policy_kinds",
     "read_hints",
     "register_policy",

@@ -21,12 +21,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim._bound import poisson_idle_bound
 from sim._metrics import SimMetrics
 from sim._policies import DEFAULT_POLICIES
 from sim._run import fit_forecasts, run_policies
 from sim._suite import Case
 
-__all__ = ["SETTINGS", "PolicyBench", "Target", "judge", "run_policy_bench"]
+__all__ = ["SETTINGS", "Bound", "PolicyBench", "Target", "judge", "run_policy_bench"]
 
 SETTINGS = ("unlimited", "tight", "roomy")
 BASELINES = ("reactive", "keepalive:600", "histogram")
@@ -46,6 +47,39 @@ class Target:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """On a case whose every model is a constant-rate Poisson process: the least idle memory any causal
+    policy needs for the unlimited p75 target (``poisson_idle_bound``), against what the target allows."""
+
+    case: str
+    role: str
+    p75: float
+    idle_needed: float
+    idle_allowed: float
+
+    @property
+    def feasible(self) -> bool:
+        return self.idle_needed <= self.idle_allowed + 1e-9
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "feasible": self.feasible}
+
+
+def unlimited_bound(case: Case, results: Mapping[str, SimMetrics]) -> Bound | None:
+    """``Bound`` for ``case`` under ``--unlimited`` if the generator made only constant Poisson models
+    (what the argument needs; ``None`` otherwise: structure lets a policy do better than any bound here)."""
+    if not case.truth or any(t.kind != "poisson" for t in case.truth.values()):
+        return None
+    frame = case.events
+    window = frame[(frame["timestamp"] >= case.cut) & (frame["timestamp"] < case.end)]
+    sizes = [case.catalog[m].size_bytes / 1e9 for m in window["model"].unique()]
+    p75 = 0.5 * results["histogram"].p75_model_cold_start_rate
+    needed = poisson_idle_bound(sizes, case.sim_hours * 60.0, p75)
+    allowed = 0.5 * results["keepalive:600"].idle_gb_minutes["L0"]
+    return Bound(case.name, case.role, p75, needed, allowed)
 
 
 def _le(value: float, bound: float) -> bool:
@@ -94,6 +128,7 @@ class PolicyBench:
 
     runs: dict[str, dict[str, dict[str, SimMetrics]]] = field(default_factory=dict)
     targets: list[Target] = field(default_factory=list)
+    bounds: list[Bound] = field(default_factory=list)
     fit_seconds: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> dict[str, dict[str, int]]:
@@ -109,6 +144,7 @@ class PolicyBench:
         return {
             "summary": self.summary(),
             "targets": [t.to_json() for t in self.targets],
+            "bounds": [b.to_json() for b in self.bounds],
             "fit_seconds": self.fit_seconds,
             "runs": {
                 case: {s: {label: m.to_json() for label, m in r.items()} for s, r in settings.items()}
@@ -138,6 +174,12 @@ class PolicyBench:
             lines.append(
                 f"{t.case:<14} {t.role:<6} {t.setting:<9} {t.name:<38} {t.value:>12.4g} {t.bound:>12.4g} "
                 f"{'yes' if t.met else 'NO'}"
+            )
+        for b in self.bounds:
+            lines.append(
+                f"{b.case}: every model is Poisson, so any causal policy needs ≥ {b.idle_needed:,.0f} idle "
+                f"GB-min for p75 ≤ {b.p75:.3f}; the idle target allows {b.idle_allowed:,.0f}: "
+                + ("feasible" if b.feasible else "the two unlimited targets cannot both be met")
             )
         for role, row in sorted(self.summary().items()):
             lines.append(f"{role}: {row['met']} of {row['judged']} targets met")
@@ -183,4 +225,7 @@ def run_policy_bench(
             bench.runs.setdefault(case.name, {})[setting] = results
             if comparable:
                 bench.targets.extend(judge(case, setting, results))
+                bound = unlimited_bound(case, results) if setting == "unlimited" else None
+                if bound is not None:
+                    bench.bounds.append(bound)
     return bench

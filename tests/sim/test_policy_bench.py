@@ -8,6 +8,7 @@ import pytest
 
 from prewarm import ResidentModel
 from sim import SimMetrics, judge, suite
+from sim._bench import unlimited_bound
 from sim._policies import build
 
 BASE = SimMetrics(
@@ -103,3 +104,24 @@ def test_reports_built_without_validation_take_the_defaults_of_fields_left_out()
     assert build(ResidentModel, model="m", version="1", bytes=3).gpus is not resident.gpus
     with pytest.raises(TypeError, match="bytes"):
         build(ResidentModel, model="m", version="1")
+
+
+def test_an_all_poisson_case_reports_whether_the_unlimited_targets_can_both_be_met(case) -> None:  # type: ignore[no-untyped-def]
+    memoryless = suite(["memoryless"])[0]
+    keep = {"L0": 400_000.0}
+    results = {
+        "histogram": _with(p75_model_cold_start_rate=0.444),
+        "keepalive:600": _with(idle_gb_minutes=keep),
+    }
+    bound = unlimited_bound(memoryless, results)
+    assert bound is not None
+    assert bound.p75 == pytest.approx(0.222)
+    assert bound.idle_allowed == pytest.approx(200_000.0)
+    # 22 of the 29 models requested in the window must be resident 77.8 % of 2,880 minutes.
+    assert bound.idle_needed > 500_000.0
+    assert not bound.feasible
+    roomier = unlimited_bound(memoryless, {**results, "keepalive:600": _with(idle_gb_minutes={"L0": 2e6})})
+    assert roomier is not None
+    assert roomier.feasible
+    # Structure (here a flash crowd) is what a policy can use to do better: no bound is claimed.
+    assert unlimited_bound(case, results) is None

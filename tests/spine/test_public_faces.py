@@ -295,6 +295,7 @@ PINNED = {
         "metrics",
         "order_for",
         "pareto_front",
+        "poisson_idle_bound",
         "policy_kinds",
         "read_hints",
         "register_policy",
