@@ -76,6 +76,11 @@ class StateFollower:
     def wait_caught_up(self, timeout: float) -> bool:
         return self._caught_up.wait(timeout)
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether the backlog the topic held at start has been read."""
+        return self._caught_up.is_set()
+
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._thread.join(timeout)

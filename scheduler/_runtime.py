@@ -55,6 +55,7 @@ from ingest import DemandStore
 from models import Catalog, CatalogWatcher
 from prewarm import (
     ConfigError,
+    ExecutorState,
     Hint,
     Order,
     PrewarmError,
@@ -233,7 +234,7 @@ class Runtime:
         kafka = self.settings.kafka
         ensure_control_topics(kafka)
         self._publisher = OrderPublisher(kafka)
-        self._follower = StateFollower(kafka, self.core.observe).start()
+        self._follower = StateFollower(kafka, self._on_report).start()
         # Plan with what the nodes last said, if they said anything: a restart does not start blind.
         self._follower.wait_caught_up(timeout=5.0)
         engine = self._engine = _job_engine(self._jobstore_url)
@@ -352,6 +353,16 @@ class Runtime:
             self.core.restore(hints)
         if self.active:
             self.core.replan()
+
+    def _on_report(self, report: ExecutorState) -> None:
+        """A node's state from the state topic: kept, and on the active replica, once the topic's backlog
+        is read, planned at once in an incremental round (the node's book and what changed on it), so a
+        finished load or a freed GPU is acted on without waiting for the planning interval."""
+        follower = self._follower
+        if self.active and follower is not None and follower.caught_up:
+            self.core.observe_and_plan(report)
+        else:
+            self.core.observe(report)
 
     # ------------------------------------------------------------------ becoming active, and not
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
-from scheduler_builders import GB, catalog, spec
+from scheduler_builders import GB, catalog, report, resident, spec
 from stack_settings import settings_for_stack
 from wait_helpers import wait_for
 
@@ -20,6 +20,7 @@ from prewarm import (
     Hint,
     Order,
     OrderAction,
+    ResidentModel,
     Settings,
     Tier,
     TierState,
@@ -99,6 +100,55 @@ def test_executor_reports_reach_the_planner(runtime: Runtime) -> None:
     producer.close()
     wait_for(lambda: "gpu-b" in runtime.core.reports(), 10, "the report of gpu-b", interval=0.05)
     assert runtime.core.reports()["gpu-b"].bandwidth_bytes_per_s == {"L3->L2": 3e9}
+
+
+def test_a_report_that_frees_room_is_planned_on_arrival_not_at_the_next_interval(
+    kafka_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    # Planning and hint-table intervals far longer than the test: only the report can plan the hint again.
+    settings = settings_for_stack(
+        kafka_bootstrap, unique, tmp_path, plan_interval_s="3600", hint_poll_s="60"
+    )
+    node = one_node()
+    capacity = {Tier.L0: 40 * GB, Tier.L1: 100 * GB, Tier.L2: 1000 * GB}
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+
+    def send(held: dict[Tier, list[ResidentModel]]) -> None:
+        state = report("gpu-a", held, capacity=capacity, at=time.time(), gpus=[40 * GB])
+        producer.send(
+            settings.kafka.topic_executor_state, key=b"gpu-a", value=state.model_dump_json().encode()
+        )
+        producer.flush()
+
+    # An engine holds a 40 GB model on the node's only GPU (and its host memory is full): no room for chat.
+    send(
+        {
+            Tier.L0: [resident("big", 40 * GB, pins=1, gpus=[0])],
+            Tier.L1: [resident("filler", 100 * GB, pins=1)],
+        }
+    )
+    rt = Runtime(
+        settings,
+        catalog(spec("chat", 30 * GB), spec("big", 40 * GB), spec("filler", 100 * GB)),
+        node,
+        config=INSTANT,
+    )
+    with rt:
+        wait_for(lambda: "gpu-a" in rt.core.reports(), 10, "the first report", interval=0.05)
+        # The round the planning job runs on becoming active: the next is an hour away.
+        wait_for(lambda: rt.core.plan_view()["at"] is not None, 10, "the first round", interval=0.05)
+        _, orders = rt.accept_hint(Hint(model="chat", source="web", ttl_s=600))
+        # Staged on disk at most: neither memory tier has room for it.
+        assert not [o for o in orders if o.model == "chat" and o.tier in (Tier.L0, Tier.L1)]
+        send({})  # the engine let go: everything is free
+        wait_for(
+            lambda: any(
+                o.model == "chat" and o.tier is Tier.L0 for _, o in read_orders(settings, 9, timeout=0.5)
+            ),
+            10,
+            "chat's prefetch, planned from the report",
+        )
+    producer.close()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
