@@ -23,12 +23,31 @@ from typing import Any, TypeVar
 
 from prewarm import ConfigError, get_logger
 
-__all__ = ["Engine", "cpu_seconds", "open_engine", "peak_rss_bytes"]
+__all__ = ["Engine", "cpu_seconds", "import_fitting", "open_engine", "peak_rss_bytes"]
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_QUIET_POOL: dict[str, Any] = {
+    # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers to hand freed memory back to the OS. Set,
+    # it also pins glibc's mmap threshold at 128 kB, so every per-series array (14 days of minutes is
+    # 161 kB) is a fresh mmap whose pages fault in again: 20x the page faults and +60 % CPU per
+    # chunk, measured, against the same chunk in process. Unset, a worker allocates as this process does.
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+    # The workers' statistical profiler samples every 10 ms: CPU a fit on shared cores cannot spare.
+    "distributed.worker.profile.enabled": False,
+    # Housekeeping a long batch does not need this often: event-loop health ticks (20 ms), system
+    # and GIL monitors (500 ms, 1 ms) and the memory monitor (100 ms) in the driver's scheduler, each
+    # worker and each nanny took 18 % of a core while idle; at these intervals, 3 %.
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.tick.cycle": "5s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.admin.system-monitor.disk": False,
+    "distributed.admin.system-monitor.gil.enabled": False,
+    "distributed.worker.memory.monitor-interval": "1s",
+}
 
 
 def peak_rss_bytes() -> int:
@@ -98,10 +117,14 @@ class Engine:
         return total
 
     def workers_cpu_seconds(self) -> float:
-        """CPU time the worker processes have used so far (0 in process)."""
+        """CPU time the worker processes and their nannies have used so far (0 in process): the nannies
+        share the cores too."""
         if self.client is None:
             return 0.0
-        return float(sum(self.client.run(cpu_seconds).values()))
+        total = float(sum(self.client.run(cpu_seconds).values()))
+        with contextlib.suppress(ValueError, KeyError, AttributeError):  # workers started without a nanny
+            total += float(sum(self.client.run(cpu_seconds, nanny=True).values()))
+        return total
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "workers": self.workers}
@@ -132,11 +155,10 @@ def open_engine(workers: int = 1, address: str | None = None) -> Iterator[Engine
         finally:
             client.close()
         return
-    # The workers' statistical profiler samples every 10 ms: CPU a fit on shared cores cannot spare.
     import dask.config
 
     dask_config: Any = dask.config
-    with dask_config.set({"distributed.worker.profile.enabled": False}):
+    with dask_config.set(_QUIET_POOL):
         cluster: Any = LocalCluster(
             n_workers=workers,
             threads_per_worker=1,
@@ -148,7 +170,7 @@ def open_engine(workers: int = 1, address: str | None = None) -> Iterator[Engine
         client = Client(cluster)
         try:
             # Each worker imports the fitting code once now, not inside its first chunk's time.
-            client.run(_import_fitting)
+            client.run(import_fitting)
             log.info("retrain engine", extra={"workers": workers, "kind": "local"})
             yield Engine("local", workers, client)
         finally:
@@ -167,5 +189,18 @@ def _distributed() -> Any:
     return module
 
 
-def _import_fitting() -> None:
-    import forecaster._chunked  # noqa: F401
+def import_fitting() -> None:
+    """Import what fitting a chunk imports, including what the fits import lazily.
+
+    Lazily imported, they would be paid for inside each worker's first chunk: the statsmodels
+    families, scipy.stats and, to read a chunk, ingest (the store and the synthetic generator, with
+    its Kafka and SQL clients). Where bytecode is not cached (``PYTHONDONTWRITEBYTECODE``) that is
+    ~12 s of CPU per process compiling sources, paid once by one process and once per worker."""
+    import statsmodels.tsa.holtwinters
+    import statsmodels.tsa.seasonal
+    import threadpoolctl  # type: ignore[import-untyped]
+
+    import forecaster._chunked
+    import ingest
+
+    del forecaster._chunked, ingest, statsmodels.tsa.holtwinters, statsmodels.tsa.seasonal, threadpoolctl
