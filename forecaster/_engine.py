@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import resource
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -39,8 +41,8 @@ _QUIET_POOL: dict[str, Any] = {
     # The workers' statistical profiler samples every 10 ms: CPU a fit on shared cores cannot spare.
     "distributed.worker.profile.enabled": False,
     # Housekeeping a long batch does not need this often: event-loop health ticks (20 ms), system
-    # and GIL monitors (500 ms, 1 ms) and the memory monitor (100 ms) in the driver's scheduler, each
-    # worker and each nanny took 18 % of a core while idle; at these intervals, 3 %.
+    # and GIL monitors (500 ms, 1 ms) and the memory monitor (100 ms) in the two workers and the
+    # driver (its scheduler and nannies) took 9 % of a core while idle; at these intervals, 1.5 %.
     "distributed.admin.tick.interval": "1s",
     "distributed.admin.tick.cycle": "5s",
     "distributed.admin.system-monitor.interval": "5s",
@@ -59,6 +61,11 @@ def cpu_seconds() -> float:
     """User and system CPU time of this process so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return float(usage.ru_utime + usage.ru_stime)
+
+
+def process_usage() -> tuple[tuple[str, int], tuple[int, float]]:
+    """This process as ``(host, pid)`` and its ``(peak RSS, CPU s)`` so far (run on each worker)."""
+    return (socket.gethostname(), os.getpid()), (peak_rss_bytes(), cpu_seconds())
 
 
 @dataclass
@@ -107,24 +114,28 @@ class Engine:
         return [results[i] for i in range(len(results))]
 
     def workers_peak_rss_bytes(self) -> int:
-        """The sum of the peak RSS of every worker process (and each one's nanny, which supervises it);
-        0 in process, where the driver's own peak says it all."""
-        if self.client is None:
-            return 0
-        total = sum(int(v) for v in self.client.run(peak_rss_bytes).values())
-        with contextlib.suppress(ValueError, KeyError, AttributeError):  # workers started without a nanny
-            total += sum(int(v) for v in self.client.run(peak_rss_bytes, nanny=True).values())
-        return total
+        """The sum of the peak RSS of every process of the engine but this one: the workers and, where
+        they are processes of their own (a cluster's ``dask worker``), their nannies. 0 in process,
+        where the driver's own peak says it all."""
+        return sum(int(usage[0]) for usage in self._processes().values())
 
     def workers_cpu_seconds(self) -> float:
-        """CPU time the worker processes and their nannies have used so far (0 in process): the nannies
-        share the cores too."""
+        """CPU time the engine's processes but this one (see ``workers_peak_rss_bytes``) have used so far."""
+        return float(sum(usage[1] for usage in self._processes().values()))
+
+    def _processes(self) -> dict[tuple[str, int], tuple[int, float]]:
+        """``(peak RSS, CPU s)`` per process of the engine but this one, by ``(host, pid)``.
+
+        A ``LocalCluster``'s nannies are objects in this process, not processes: counted per nanny
+        they would add the driver's peak and CPU once per worker."""
         if self.client is None:
-            return 0.0
-        total = float(sum(self.client.run(cpu_seconds).values()))
+            return {}
+        found = dict(self.client.run(process_usage).values())
         with contextlib.suppress(ValueError, KeyError, AttributeError):  # workers started without a nanny
-            total += float(sum(self.client.run(cpu_seconds, nanny=True).values()))
-        return total
+            found.update(self.client.run(process_usage, nanny=True).values())
+        here, _ = process_usage()
+        found.pop(here, None)
+        return found
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "workers": self.workers}

@@ -2,14 +2,15 @@
 
 Each run is a fresh process (so its peak memory is its own): it generates the series chunk by chunk
 on the workers that fit them (``SyntheticSeries``), retrains with a throw-away MLflow file store, and
-hands back its time, the peak RSS summed over itself, its workers and their nannies, and a digest of
-what it produced: every model's selection, parameters, calibration and idle profile, and the MLflow
-run's params and metrics (timings left out). ``identical`` says whether every run's digest is the same.
+hands back its time, the peak RSS summed over itself and its worker processes (a local pool's nannies
+are objects in this process, not processes), and a digest of what it produced: every model's
+selection, parameters, calibration and idle profile, and the MLflow run's params and metrics (timings
+left out). ``identical`` says whether every run's digest is the same.
 
 The engine's start (a local pool's processes importing the fitting code; in process, this process
 importing it) is timed apart from the retrain: a deployment that retrains daily keeps its cluster (or
-its process), and ``engine_start_seconds`` says what a cold one adds. ``cpu_seconds`` is the driver's,
-the workers' and their nannies' CPU during the retrain.
+its process), and ``engine_start_seconds`` says what a cold one adds. ``cpu_seconds`` is the CPU of
+the same processes during the retrain.
 """
 
 from __future__ import annotations
