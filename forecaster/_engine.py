@@ -16,19 +16,40 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import resource
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from prewarm import ConfigError, get_logger
 
-__all__ = ["Engine", "cpu_seconds", "open_engine", "peak_rss_bytes"]
+__all__ = ["Engine", "cpu_seconds", "import_fitting", "open_engine", "peak_rss_bytes"]
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_QUIET_POOL: dict[str, Any] = {
+    # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers to hand freed memory back to the OS. Set,
+    # it also pins glibc's mmap threshold at 128 kB, so every per-series array (14 days of minutes is
+    # 161 kB) is a fresh mmap whose pages fault in again: 20x the page faults and +60 % CPU per
+    # chunk, measured, against the same chunk in process. Unset, a worker allocates as this process does.
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+    # The workers' statistical profiler samples every 10 ms: CPU a fit on shared cores cannot spare.
+    "distributed.worker.profile.enabled": False,
+    # Housekeeping a long batch does not need this often: event-loop health ticks (20 ms), system
+    # and GIL monitors (500 ms, 1 ms) and the memory monitor (100 ms) in the two workers and the
+    # driver (its scheduler and nannies) took 9 % of a core while idle; at these intervals, 1.5 %.
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.tick.cycle": "5s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.admin.system-monitor.disk": False,
+    "distributed.admin.system-monitor.gil.enabled": False,
+    "distributed.worker.memory.monitor-interval": "1s",
+}
 
 
 def peak_rss_bytes() -> int:
@@ -40,6 +61,11 @@ def cpu_seconds() -> float:
     """User and system CPU time of this process so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return float(usage.ru_utime + usage.ru_stime)
+
+
+def process_usage() -> tuple[tuple[str, int], tuple[int, float]]:
+    """This process as ``(host, pid)`` and its ``(peak RSS, CPU s)`` so far (run on each worker)."""
+    return (socket.gethostname(), os.getpid()), (peak_rss_bytes(), cpu_seconds())
 
 
 @dataclass
@@ -88,20 +114,28 @@ class Engine:
         return [results[i] for i in range(len(results))]
 
     def workers_peak_rss_bytes(self) -> int:
-        """The sum of the peak RSS of every worker process (and each one's nanny, which supervises it);
-        0 in process, where the driver's own peak says it all."""
-        if self.client is None:
-            return 0
-        total = sum(int(v) for v in self.client.run(peak_rss_bytes).values())
-        with contextlib.suppress(ValueError, KeyError, AttributeError):  # workers started without a nanny
-            total += sum(int(v) for v in self.client.run(peak_rss_bytes, nanny=True).values())
-        return total
+        """The sum of the peak RSS of every process of the engine but this one: the workers and, where
+        they are processes of their own (a cluster's ``dask worker``), their nannies. 0 in process,
+        where the driver's own peak says it all."""
+        return sum(int(usage[0]) for usage in self._processes().values())
 
     def workers_cpu_seconds(self) -> float:
-        """CPU time the worker processes have used so far (0 in process)."""
+        """CPU time the engine's processes but this one (see ``workers_peak_rss_bytes``) have used so far."""
+        return float(sum(usage[1] for usage in self._processes().values()))
+
+    def _processes(self) -> dict[tuple[str, int], tuple[int, float]]:
+        """``(peak RSS, CPU s)`` per process of the engine but this one, by ``(host, pid)``.
+
+        A ``LocalCluster``'s nannies are objects in this process, not processes: counted per nanny
+        they would add the driver's peak and CPU once per worker."""
         if self.client is None:
-            return 0.0
-        return float(sum(self.client.run(cpu_seconds).values()))
+            return {}
+        found = dict(self.client.run(process_usage).values())
+        with contextlib.suppress(ValueError, KeyError, AttributeError):  # workers started without a nanny
+            found.update(self.client.run(process_usage, nanny=True).values())
+        here, _ = process_usage()
+        found.pop(here, None)
+        return found
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "workers": self.workers}
@@ -132,11 +166,10 @@ def open_engine(workers: int = 1, address: str | None = None) -> Iterator[Engine
         finally:
             client.close()
         return
-    # The workers' statistical profiler samples every 10 ms: CPU a fit on shared cores cannot spare.
     import dask.config
 
     dask_config: Any = dask.config
-    with dask_config.set({"distributed.worker.profile.enabled": False}):
+    with dask_config.set(_QUIET_POOL):
         cluster: Any = LocalCluster(
             n_workers=workers,
             threads_per_worker=1,
@@ -148,7 +181,7 @@ def open_engine(workers: int = 1, address: str | None = None) -> Iterator[Engine
         client = Client(cluster)
         try:
             # Each worker imports the fitting code once now, not inside its first chunk's time.
-            client.run(_import_fitting)
+            client.run(import_fitting)
             log.info("retrain engine", extra={"workers": workers, "kind": "local"})
             yield Engine("local", workers, client)
         finally:
@@ -167,5 +200,18 @@ def _distributed() -> Any:
     return module
 
 
-def _import_fitting() -> None:
-    import forecaster._chunked  # noqa: F401
+def import_fitting() -> None:
+    """Import what fitting a chunk imports, including what the fits import lazily.
+
+    Lazily imported, they would be paid for inside each worker's first chunk: the statsmodels
+    families, scipy.stats and, to read a chunk, ingest (the store and the synthetic generator, with
+    its Kafka and SQL clients). Where bytecode is not cached (``PYTHONDONTWRITEBYTECODE``) that is
+    ~12 s of CPU per process compiling sources, paid once by one process and once per worker."""
+    import statsmodels.tsa.holtwinters
+    import statsmodels.tsa.seasonal
+    import threadpoolctl  # type: ignore[import-untyped]
+
+    import forecaster._chunked
+    import ingest
+
+    del forecaster._chunked, ingest, statsmodels.tsa.holtwinters, statsmodels.tsa.seasonal, threadpoolctl

@@ -2,13 +2,15 @@
 
 Each run is a fresh process (so its peak memory is its own): it generates the series chunk by chunk
 on the workers that fit them (``SyntheticSeries``), retrains with a throw-away MLflow file store, and
-hands back its time, the peak RSS summed over itself, its workers and their nannies, and a digest of
-what it produced: every model's selection, parameters, calibration and idle profile, and the MLflow
-run's params and metrics (timings left out). ``identical`` says whether every run's digest is the same.
+hands back its time, the peak RSS summed over itself and its worker processes (a local pool's nannies
+are objects in this process, not processes), and a digest of what it produced: every model's
+selection, parameters, calibration and idle profile, and the MLflow run's params and metrics (timings
+left out). ``identical`` says whether every run's digest is the same.
 
-The engine's start (a local pool's processes importing the fitting code) is timed apart from the
-retrain: a deployment that retrains daily keeps its cluster, and ``engine_start_seconds`` says what a
-cold one adds.
+The engine's start (a local pool's processes importing the fitting code; in process, this process
+importing it) is timed apart from the retrain: a deployment that retrains daily keeps its cluster (or
+its process), and ``engine_start_seconds`` says what a cold one adds. ``cpu_seconds`` is the CPU of
+the same processes during the retrain.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from forecaster._chunked import SyntheticSeries
-from forecaster._engine import cpu_seconds, open_engine, peak_rss_bytes
+from forecaster._engine import cpu_seconds, import_fitting, open_engine, peak_rss_bytes
 from forecaster._retrain import retrain
 from prewarm import ForecastError, Settings, load_settings
 
@@ -133,6 +135,8 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
         uri = (Path(tmp) / "mlruns").as_uri()
         began = time.perf_counter()
         with open_engine(job["workers"]) as engine:
+            if not engine.portable:  # as a pool's workers do at their start, so both clocks leave it out
+                import_fitting()
             started = time.perf_counter() - began
             cpu = cpu_seconds() + engine.workers_cpu_seconds()
             began = time.perf_counter()
