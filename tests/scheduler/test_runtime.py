@@ -106,9 +106,7 @@ def test_a_report_that_frees_room_is_planned_on_arrival_not_at_the_next_interval
     kafka_bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
     # Planning and hint-table intervals far longer than the test: only the report can plan the hint again.
-    settings = settings_for_stack(
-        kafka_bootstrap, unique, tmp_path, plan_interval_s="3600", hint_poll_s="60"
-    )
+    settings = settings_for_stack(kafka_bootstrap, unique, tmp_path, plan_interval_s="3600", hint_poll_s="60")
     node = one_node()
     capacity = {Tier.L0: 40 * GB, Tier.L1: 100 * GB, Tier.L2: 1000 * GB}
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
