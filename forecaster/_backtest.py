@@ -26,7 +26,7 @@ from forecaster._scoring import (
     time_of_week_probability,
     window_sums,
 )
-from forecaster._select import Choice, SelectionConfig, recent_activity, select_and_fit
+from forecaster._select import Choice, SelectionConfig, one_blas_thread, recent_activity, select_and_fit
 from prewarm import InvalidInput
 
 __all__ = ["BacktestReport", "Scores", "assemble_report", "backtest", "fit_bundle", "score_rows"]
@@ -43,10 +43,7 @@ def fit_bundle(
     """Select and fit a family per model on all of ``history``; the bundle is trained until its end.
 
     ``idle`` also fits each model's idle-time profile (``bundle.idle``), which ``LiveForecasts`` uses."""
-    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
-
-    # BLAS threads fighting over 2 shared cores made small per-series solves 50x slower; one is best.
-    with threadpool_limits(1):
+    with one_blas_thread():
         choices = select_and_fit(history, config)
         bundle = ForecasterBundle.from_choices(
             choices,

@@ -36,7 +36,14 @@ from forecaster._bundle import ForecasterBundle
 from forecaster._engine import Engine
 from forecaster._history import History
 from forecaster._idle import IdleProfile, fit_idle_profile, idle_edges
-from forecaster._select import Choice, Peers, SelectionConfig, prior_choices, select_partial
+from forecaster._select import (
+    Choice,
+    Peers,
+    SelectionConfig,
+    one_blas_thread,
+    prior_choices,
+    select_partial,
+)
 from prewarm import ConfigError, InvalidInput
 
 __all__ = [
@@ -318,12 +325,9 @@ def _score(history: History, rows: npt.NDArray[np.int64], choices: list[Choice],
 def _fit_task(item: _Fit) -> _Part:
     """One chunk: the full-history fit and idle profiles, and (with a cut) the backtest's fit and scores,
     for every model but the new ones, which wait for the priors (``_finish_task``)."""
-    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
-
     plan = item.plan
     history = item.chunk.read()
-    # BLAS threads fighting over shared cores made small per-series solves 50x slower; one is best.
-    with threadpool_limits(1):
+    with one_blas_thread():
         full = select_partial(history, plan.config)
         rows, known = _known(full.choices)
         idle = _idle_of(history, rows, known, plan.config) if rows.size else None
@@ -354,10 +358,8 @@ def _fit_task(item: _Fit) -> _Part:
 
 def _finish_task(item: _Finish) -> tuple[_Idle | None, _Scored | None]:
     """The new models of one chunk: idle profiles of the full fit's priors, scores of the backtest's."""
-    from threadpoolctl import threadpool_limits
-
     history = item.chunk.read()
-    with threadpool_limits(1):
+    with one_blas_thread():
         rows, known = _known(list(item.full_priors))
         idle = _idle_of(history, rows, known, item.plan.config) if rows.size else None
         trows, tknown = _known(list(item.train_priors))

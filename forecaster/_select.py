@@ -14,7 +14,8 @@ Fallbacks, each recorded in ``Choice.reason`` and logged:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,6 +75,16 @@ class Choice:
     level: float = 1.0
     scores: dict[str, float] = field(default_factory=dict)
     reason: str | None = None
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Fit inside this: BLAS threads fighting over shared cores made small per-series solves 50x slower,
+    and one thread is best for them."""
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+    with threadpool_limits(1):
+        yield
 
 
 def _ages(counts: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
