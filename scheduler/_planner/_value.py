@@ -126,10 +126,20 @@ class _Valuer:
         self, spec: ModelSpec, wants: Sequence[_Want], node: NodeState, tier: Tier, now: float
     ) -> float:
         """What holding a resident in ``tier`` over the coming window is worth (0 with no signal)."""
-        current = [w for w in wants if w.t0 <= now + self.config.window_s]
+        soon = now + self.config.window_s
+        current = [w for w in wants if w.t0 <= soon]
+        if not current:
+            return 0.0
         if any(w.demand for w in current):
             return _INF
+        # ``net(..., move=False)`` of each want, with what does not depend on the want computed once
+        # (a round values every resident: this was a fifth of a round at 10,000 models).
+        frm = tier.farther()
+        saved = self.saved(spec, node, frm, tier)
+        lead = self.lead(node, spec.size_bytes, frm, tier)
+        per_s = spec.size_bytes / 1e9
+        price = self.config.price(tier)
         best = 0.0
         for want in current:
-            best = max(best, self.net(spec, want, node, tier.farther(), tier, move=False))
+            best = max(best, want.p * saved - per_s * ((want.t1 - want.t0) + lead) * price)
         return best

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from scheduler_builders import GB, NOW, catalog, flat_forecast, hint, report, resident, spec, surge_forecast
+from scheduler_builders import (
+    GB,
+    NOW,
+    catalog,
+    cluster,
+    flat_forecast,
+    hint,
+    report,
+    resident,
+    spec,
+    state,
+    surge_forecast,
+)
 
 from forecaster import ModelForecast
 from models import Catalog
@@ -24,7 +37,8 @@ from prewarm import (
     gpu_shards,
 )
 from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, PlannerMemo, plan, plan_detailed
-from scheduler._planner._wants import _forecast_wants, _forecast_wants_afresh, _WindowCache
+from scheduler._planner._value import _hop_times, _Valuer
+from scheduler._planner._wants import _forecast_wants, _forecast_wants_afresh, _Want, _WindowCache
 
 TIERS = (Tier.L0, Tier.L1, Tier.L2)
 CONFIG = PlannerConfig()
@@ -317,3 +331,33 @@ def test_windows_kept_between_rounds_are_the_windows_valued_afresh(
         assert _forecast_wants(model, forecast, now, config, gains, kept) == _forecast_wants_afresh(
             model, forecast, now, config, gains
         )
+
+
+REASONS = {True: OrderReason.DEMAND, False: OrderReason.FORECAST}
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 1.0), st.floats(-120.0, 1200.0), st.floats(0.0, 900.0), st.booleans()),
+        max_size=8,
+    ),
+    st.sampled_from(TIERS),
+    st.integers(1, 140),
+    st.sampled_from([0.0, 0.05, 2.0]),
+)
+def test_what_keeping_a_resident_is_worth_is_its_best_current_want_net_of_its_cost(
+    drawn: list[tuple[float, float, float, bool]], tier: Tier, size_gb: int, memory_price: float
+) -> None:
+    config = replace(CONFIG, memory_price=memory_price)
+    valuer = _Valuer(config, _hop_times())
+    node = state(cluster("n")).nodes["n"]
+    model = spec("m", size_gb * GB)
+    wants = [_Want("m", p, NOW + t0, NOW + t0 + span, REASONS[d], d, NOW + t0) for p, t0, span, d in drawn]
+    current = [w for w in wants if w.t0 <= NOW + config.window_s]  # what a resident is held for now
+    expected = (
+        math.inf
+        if any(w.demand for w in current)
+        else max([0.0, *(valuer.net(model, w, node, tier.farther(), tier, move=False) for w in current)])
+    )
+    assert valuer.keep_value(model, wants, node, tier, NOW) == expected
