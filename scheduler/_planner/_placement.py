@@ -9,6 +9,7 @@ is deferred to a later round.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -35,13 +36,10 @@ def _payers(spec: ModelSpec, wants: Sequence[_Want], rnd: _Round) -> list[_Want]
     """The wants for which some tier on some node may be worth its cost: an upper bound, to prune.
 
     Benefit is at most the waiting saved from L3 on the slowest node; holding costs at least the window.
+    Demand always pays; forecast wants were pruned by the same bound when they were made: only hints are
+    bounded here.
     """
-
-    def exempt(w: _Want) -> bool:
-        # Demand always pays; forecast wants were pruned by the same bound when they were made.
-        return w.demand or w.reason is OrderReason.FORECAST
-
-    if all(exempt(w) for w in wants):
+    if OrderReason.HINT not in set(map(_REASON, wants)):
         return list(wants)  # the common case: no hint to bound, no gains to compute
     gains = rnd.gains[spec.id]
     gb = spec.size_bytes / 1e9
@@ -49,7 +47,8 @@ def _payers(spec: ModelSpec, wants: Sequence[_Want], rnd: _Round) -> list[_Want]
     return [
         w
         for w in wants
-        if exempt(w) or any(w.p * gains[t] > (w.t1 - w.t0) * gb * prices[t] for t in CACHE_TIERS)
+        if w.reason is not OrderReason.HINT
+        or any(w.p * gains[t] > (w.t1 - w.t0) * gb * prices[t] for t in CACHE_TIERS)
     ]
 
 
@@ -57,11 +56,17 @@ def _best_candidate(
     rnd: _Round, spec: ModelSpec, wants: Sequence[_Want], cooling: set[str]
 ) -> list[_Candidate]:
     """The tier and want to act on for ``spec``, one option per equally good node; none: nothing to do."""
-    if rnd.held(spec.id, Tier.L0):
+    if rnd.held(spec.id, Tier.L0) or not wants:
         return []  # in GPU memory somewhere already: every option would be refused below
-    if spec.id in cooling and not any(w.demand for w in wants):
+    demand = OrderReason.DEMAND in set(map(_REASON, wants))
+    if spec.id in cooling and not demand:
         return []
-    ordered = sorted(wants, key=lambda w: (not w.demand, w.t0))
+    # Waiting requests first, then by time: sorting by (not demand, t0), with C-level keys (a round
+    # sorts every model's wants, tens of them each).
+    ordered = sorted(wants, key=_T0)
+    if demand:
+        ordered = [w for w in ordered if w.demand] + [w for w in ordered if not w.demand]
+    reach = _Reach(demand, max(map(_P, wants)), min(map(operator.sub, map(_T1, wants), map(_T0, wants))))
     # A node's best option depends only on its link rates, its capacities and where the model is there:
     # the nodes of a class (``_Round.classes``) that do not hold the model are valued once, and only
     # the few that hold it one by one. Node by node, this was most of a round at a hundred nodes.
@@ -73,12 +78,12 @@ def _best_candidate(
     for names in rnd.classes():
         rest = [n for n in names if n not in holders] if holders else names
         if rest:
-            best = _node_best(rnd, spec, ordered, rnd.books[rest[0]], Tier.L3, miss, price, nets)
+            best = _node_best(rnd, spec, ordered, rnd.books[rest[0]], Tier.L3, miss, price, nets, reach)
             if best is not None:
                 absent.append((best, rest))
     for name in holders:
         book = rnd.books[name]
-        best = _node_best(rnd, spec, ordered, book, book.closest(spec.id), miss, price, nets)
+        best = _node_best(rnd, spec, ordered, book, book.closest(spec.id), miss, price, nets, reach)
         if best is not None:
             per_node.append((rnd.position(name), name, best))
     if not per_node and not absent:
@@ -111,10 +116,17 @@ def _node_best(
     miss: Mapping[Tier, float],
     price: Mapping[Tier, float],
     nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float],
+    reach: _Reach,
 ) -> _Candidate | None:
     """The best option on ``book``'s node for a model held there in ``frm`` (L3: not held there)."""
     tiers = [t for t in CACHE_TIERS if t.level < frm.level and book.can_hold(t, spec.size_bytes)]
     saved = {t: rnd.valuer.saved(spec, book.node, frm, t) for t in tiers}
+    if not reach.demand:
+        # A tier that not even the likeliest, shortest want could pay for is worth no want: most
+        # rarely used models, whose every window would otherwise be valued on the node that holds them.
+        tiers = [t for t in tiers if reach.may_pay(saved[t], miss[t], price[t])]
+        if not tiers:
+            return None
     best: _Candidate | None = None
     for i, want in enumerate(ordered):
         # The soonest want with any worthwhile tier wins (_tier_key): later ones need not be valued.
@@ -138,6 +150,26 @@ def _node_best(
             if best is None or _tier_key(cand) > _tier_key(best):
                 best = cand
     return best
+
+
+_REASON, _P, _T0, _T1 = (operator.attrgetter(f) for f in ("reason", "p", "t0", "t1"))
+
+
+class _Reach(NamedTuple):
+    """What bounds ``_node_best``'s figure for a model's wants: the likeliest and the shortest of them,
+    and whether any is a waiting request (those are always worth acting on)."""
+
+    demand: bool
+    p: float
+    held_s: float
+
+    def may_pay(self, saved: float, miss: float, price: float) -> bool:
+        """Whether some want could have ``p × saved − (1 − p) × miss − held × price > 0``: the figure
+        grows with ``p`` (``saved`` and ``miss`` are not negative) and, at a price that is not
+        negative, falls with the time held."""
+        if price < 0:
+            return True
+        return self.p * saved - (1 - self.p) * miss - self.held_s * price > 0
 
 
 def _floors(rnd: _Round, spec: ModelSpec) -> tuple[dict[Tier, float], dict[Tier, float]]:
