@@ -4,7 +4,9 @@ for the rounds that replan only what an event touched."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import contextlib
+import gc
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from forecaster import ModelForecast
 from models import Catalog
@@ -60,6 +62,40 @@ def plan_detailed(
     touch (``Plan.full`` is False), where the memo's state allows it, and is a full round otherwise.
     None: a full round, which leaves its state in ``memo`` for the incremental rounds after it.
     """
+    with _collector_paused():
+        return _plan_detailed(now, forecasts, hints, catalog, cluster, config, memo, touched)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a round runs, and one of the youngest objects after it.
+
+    A round makes hundreds of thousands of small objects (wants, candidates) and no cycles: each burst
+    of them set off full collections that walked every object of the process (forecasts, books, the
+    memo): a third of a 10,000-model round. After the round, collecting only the youngest generation
+    (what the round made) costs a tenth of that, here rather than in the next caller's allocation (a
+    hint's round). The pause is process-wide: other threads go a round without the collector too.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+            gc.collect(0)
+
+
+def _plan_detailed(
+    now: float,
+    forecasts: Mapping[str, ModelForecast],
+    hints: Sequence[Hint],
+    catalog: Catalog,
+    cluster: ClusterState,
+    config: PlannerConfig,
+    memo: PlannerMemo | None,
+    touched: Collection[str] | None,
+) -> Plan:
     memo = memo if memo is not None else PlannerMemo()
     if touched is not None:
         result = _incremental(now, forecasts, hints, catalog, cluster, config, memo, set(touched))

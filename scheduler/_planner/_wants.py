@@ -9,6 +9,7 @@ every hint, so a forecast's windows are kept between rounds in a ``_WindowCache`
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import weakref
@@ -21,7 +22,7 @@ import numpy.typing as npt
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec
 from prewarm import CACHE_TIERS, DEMAND_SOURCE, Hint, OrderReason, Tier
-from scheduler._planner._config import _INF, PlannerConfig
+from scheduler._planner._config import PlannerConfig
 
 
 class _Want(NamedTuple):
@@ -66,12 +67,9 @@ def _wants(
                 key_time=expected,
             )
         )
-    for model, forecast in forecasts.items():
-        spec = catalog.get(model)
-        if spec is not None:
-            wants.setdefault(model, []).extend(
-                _forecast_wants(spec, forecast, now, config, gains[model], windows)
-            )
+    known = [(spec, f) for m, f in forecasts.items() if (spec := catalog.get(m)) is not None]
+    for model, found in _forecast_wants_of(known, now, config, gains, windows).items():
+        wants.setdefault(model, []).extend(found)
     return {m: w for m, w in wants.items() if w}
 
 
@@ -87,34 +85,71 @@ def _forecast_wants(
 
     A window is judged by its whole probability, but the model must be in place only at its *arrival*:
     when ``arrival_quantile`` of that probability has passed, so that a surge at the end of a window
-    does not pull the prefetch to the window's start.
+    does not pull the prefetch to the window's start. See ``_forecast_wants_of``, which this is for one
+    model.
+    """
+    return _forecast_wants_of([(spec, forecast)], now, config, {spec.id: gains}, cache)[spec.id]
+
+
+def _forecast_wants_of(
+    items: Sequence[tuple[ModelSpec, ModelForecast]],
+    now: float,
+    config: PlannerConfig,
+    gains: Mapping[str, Mapping[Tier, float]],
+    cache: _WindowCache,
+) -> dict[str, list[_Want]]:
+    """``_forecast_wants`` of each model of ``items``, in their order.
 
     Forecasts change once per tick but a round runs on every hint, so a forecast's windows are kept
     between rounds (in ``cache``) under the start of their grid, the bucket that holds ``now``, and
     everything else they depend on; ``_Windows`` says what ``now`` still changes within that bucket.
+    The windows not kept are valued together, one batch per grid and forecast layout (``_value_batch``):
+    a full round at a new bucket values every model's, and one at a time that was most of the round.
     """
-    grid = _grid(forecast, now, config)
-    if grid is None:
-        return []
-    first, step, count = grid
-    key = (
-        spec.id,
-        spec.size_bytes,
-        first,
-        step,
-        config.window_s,
-        config.arrival_quantile,
-        tuple(gains[t] for t in CACHE_TIERS),
-        tuple(config.price(t) for t in CACHE_TIERS),
-    )
-    windows = cache.get(forecast, key)
-    if windows is None or windows.count < count:
-        t0s = first + step * np.arange(count)
-        values = _window_values(spec, forecast, t0s, -_INF, config, gains)
-        windows = _Windows(spec, t0s.tolist(), values, config)
-        cache.put(forecast, key, windows)
-    wants = windows.at(now, count, spec, forecast, config, gains)
-    return wants if wants is not None else _forecast_wants_afresh(spec, forecast, now, config, gains)
+    kept: dict[str, tuple[int, _Windows]] = {}
+    # By (start, bucket, length, grid): forecasts whose windows are valued as one batch.
+    batches: dict[
+        tuple[float, int, int, _Grid], list[tuple[ModelSpec, ModelForecast, tuple[object, ...]]]
+    ] = {}
+    for spec, forecast in items:
+        grid = _grid(forecast, now, config)
+        if grid is None:
+            continue
+        first, step, count = grid
+        key: _Key = (
+            spec.id,
+            spec.size_bytes,
+            first,
+            step,
+            config.window_s,
+            config.arrival_quantile,
+            tuple(gains[spec.id][t] for t in CACHE_TIERS),
+            tuple(config.price(t) for t in CACHE_TIERS),
+        )
+        windows = cache.get(forecast, key)
+        if windows is not None and windows.count >= count:
+            kept[spec.id] = (count, windows)
+        else:
+            layout = (forecast.start, forecast.bucket_s, len(forecast.p_any), grid)
+            batches.setdefault(layout, []).append((spec, forecast, key))
+    for (_, _, _, grid), batch in batches.items():
+        made = _value_batch([(s, f) for s, f, _ in batch], grid, config, gains)
+        for (spec, forecast, key), windows in zip(batch, made, strict=True):
+            cache.put(forecast, key, windows)
+            kept[spec.id] = (grid[2], windows)
+    out: dict[str, list[_Want]] = {}
+    for spec, forecast in items:
+        if spec.id not in kept:
+            out[spec.id] = []
+            continue
+        count, windows = kept[spec.id]
+        wants = windows.at(now, count, spec, forecast, config, gains[spec.id])
+        out[spec.id] = (
+            wants
+            if wants is not None
+            else _forecast_wants_afresh(spec, forecast, now, config, gains[spec.id])
+        )
+    return out
 
 
 def _forecast_wants_afresh(
@@ -130,7 +165,13 @@ def _forecast_wants_afresh(
     return [w for _, w in _window_wants(spec, t0s.tolist(), values, config.window_s)]
 
 
-def _grid(forecast: ModelForecast, now: float, config: PlannerConfig) -> tuple[float, float, int] | None:
+_Grid = tuple[float, float, int]
+"""First start, step and number of a forecast's candidate windows."""
+_Key = tuple[object, ...]
+"""What a forecast's kept windows were valued under (``_WindowCache``)."""
+
+
+def _grid(forecast: ModelForecast, now: float, config: PlannerConfig) -> _Grid | None:
     """First start, step and number of the candidate windows within the horizon; None: there are none.
 
     The grid starts at the forecast bucket that holds ``now`` (its first bucket, before it starts).
@@ -175,11 +216,10 @@ def _window_values(
     return p.tolist(), arrival.tolist(), useful.tolist(), i0.tolist()
 
 
-def _pays(
-    p: Any, arrival: Any, t1: Any, size: int, config: PlannerConfig, gains: Mapping[Tier, float]
-) -> Any:
+def _pays(p: Any, arrival: Any, t1: Any, size: Any, config: PlannerConfig, gains: Mapping[Tier, Any]) -> Any:
     """Whether some tier could pay for holding the model from ``arrival`` to ``t1`` (an upper bound; see
-    ``_payers``): only such windows become wants. Element-wise on arrays, or on one window's floats."""
+    ``_payers``): only such windows become wants. Element-wise on arrays (a batch: a row per model, its
+    size and gains columns), or on one window's floats."""
     held_gb_s = (t1 - arrival) * size / 1e9
     useful: Any = False
     for tier in CACHE_TIERS:
@@ -209,6 +249,84 @@ def _window_wants(
     return out
 
 
+def _value_batch(
+    items: Sequence[tuple[ModelSpec, ModelForecast]],
+    grid: _Grid,
+    config: PlannerConfig,
+    gains: Mapping[str, Mapping[Tier, float]],
+) -> list[_Windows]:
+    """``_Windows`` of forecasts that share a start, a bucket, a length and so ``grid``: every window of
+    every one valued as ``_window_values`` values one forecast's (element for element the same
+    arithmetic), a row per forecast, as if no window began before ``now``."""
+    first, step, count = grid
+    start, b, n = items[0][1].start, items[0][1].bucket_s, len(items[0][1].p_any)
+    t0s = first + step * np.arange(count)
+    cum = np.stack([f.log_miss for _, f in items])
+    i0 = np.clip(np.floor((t0s - start) / b).astype(np.int64), 0, n)
+    i1 = np.maximum(np.clip(np.ceil((t0s + config.window_s - start) / b).astype(np.int64), 0, n), i0)
+    c0 = cum[:, i0]
+    p = 1.0 - np.exp(cum[:, i1] - c0)
+    reach = -c0 - np.log1p(-p * config.arrival_quantile)
+    # The first bucket j in (i0, i1] whose cumulative chance reaches it: ``searchsorted`` on one row.
+    k = np.full(p.shape, n + 1, dtype=np.int64)
+    for d in range(int((i1 - i0).max(initial=0)), 0, -1):
+        j = i0 + d
+        hit = (j <= i1) & (-cum[:, np.minimum(j, n)] >= reach)
+        k = np.where(hit, j, k)
+    arrival = np.where(k <= i1, np.maximum(t0s, start + (k - 1) * b), t0s)
+    sizes = np.array([spec.size_bytes for spec, _ in items], dtype=np.float64)[:, None]
+    rows = {t: np.array([gains[spec.id][t] for spec, _ in items])[:, None] for t in CACHE_TIERS}
+    useful = _pays(p, arrival, t0s + config.window_s, sizes, config, rows) & (p > 0)
+    # The windows after the first: one want per arrival, the first window's (rows sorted by arrival).
+    tail = np.where(useful[:, 1:], arrival[:, 1:], np.inf)
+    order = np.argsort(tail, axis=1, kind="stable")
+    ranked = np.take_along_axis(tail, order, axis=1)
+    first_of = np.isfinite(ranked)
+    first_of[:, 1:] &= ranked[:, 1:] != ranked[:, :-1]
+    keep = np.zeros_like(first_of)
+    np.put_along_axis(keep, order, first_of, axis=1)
+    at_row, at_col = np.nonzero(keep)
+    cols = at_col + 1
+    ids = np.array([spec.id for spec, _ in items], dtype=object)[at_row].tolist()
+    arrivals = arrival[at_row, cols].tolist()
+    made = list(
+        map(
+            _new_want,
+            zip(
+                ids,
+                p[at_row, cols].tolist(),
+                arrivals,
+                (t0s[cols] + config.window_s).tolist(),
+                itertools.repeat(OrderReason.FORECAST),
+                itertools.repeat(False),
+                arrivals,
+                strict=False,
+            ),
+        )
+    )
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(at_row, minlength=len(items))))).tolist()
+    starts, windows = t0s.tolist(), cols.tolist()
+    p0, a0, u0 = p[:, 0].tolist(), arrival[:, 0].tolist(), useful[:, 0].tolist()
+    t1 = starts[0] + config.window_s
+    return [
+        _Windows(
+            starts,
+            p0[r],
+            a0[r],
+            int(i0[0]),
+            _Want(spec.id, p0[r], a0[r], t1, OrderReason.FORECAST, False, a0[r]) if u0[r] else None,
+            windows[bounds[r] : bounds[r + 1]],
+            made[bounds[r] : bounds[r + 1]],
+        )
+        for r, (spec, _) in enumerate(items)
+    ]
+
+
+_new_want = functools.partial(tuple.__new__, _Want)
+"""``_Want`` from a tuple of its fields, without the class's Python-level ``__new__`` (a round makes
+hundreds of thousands)."""
+
+
 class _Windows:
     """A forecast's wants on one grid, valued as if no window began before ``now``; kept between rounds.
 
@@ -216,18 +334,26 @@ class _Windows:
     so it is valued the same whatever ``now`` is there. The first one may have begun before ``now``:
     it then keeps its first bucket, so its probability, and its arrival becomes ``max(now, arrival)``.
     Where float rounding breaks either premise, ``at`` says so and the caller values them afresh.
+    ``head``: the first window's want (None: not worth one); ``tail``: those of the others, one per
+    arrival, with the windows they are of (``tail_windows``).
     """
 
-    def __init__(self, spec: ModelSpec, t0s: list[float], values: _Values, config: PlannerConfig) -> None:
+    def __init__(
+        self,
+        t0s: list[float],
+        p: float,
+        arrival: float,
+        first_bucket: int,
+        head: _Want | None,
+        tail_windows: list[int],
+        tail: list[_Want],
+    ) -> None:
         self.count = len(t0s)
         self._t0s = t0s
-        self._p, self._arrival, useful, first_buckets = values
-        self._first_bucket = first_buckets[0]
-        self._head = _window_want(spec, self._p[0], self._arrival[0], t0s[0] + config.window_s, useful[0])
-        tail = _window_wants(spec, t0s, values, config.window_s, start=1)
-        self._tail_windows = [i for i, _ in tail]
-        self._tail = [w for _, w in tail]
-        self._tail_at = {w.t0: pos for pos, w in enumerate(self._tail)}
+        self._p, self._arrival, self._first_bucket = p, arrival, first_bucket
+        self._head = head
+        self._tail_windows = tail_windows
+        self._tail = tail
 
     def at(
         self,
@@ -247,8 +373,8 @@ class _Windows:
             )
             if (count > 1 and self._t0s[1] < now) or first_bucket != self._first_bucket:
                 return None
-            p, arrival = self._p[0], max(now, self._arrival[0])
-            if arrival != self._arrival[0]:
+            p, arrival = self._p, max(now, self._arrival)
+            if arrival != self._arrival:
                 t1 = t0 + config.window_s
                 head = _window_want(
                     spec, p, arrival, t1, _pays(p, arrival, t1, spec.size_bytes, config, gains)
@@ -257,9 +383,12 @@ class _Windows:
         tail = self._tail[:cut]
         if head is None:
             return tail
-        twin = self._tail_at.get(head.t0)  # a later window arriving at the same time adds nothing
-        if twin is not None and twin < cut:
-            del tail[twin]
+        # A later window arriving at the same time adds nothing. Only one of a window that starts no
+        # earlier than the second can arrive then.
+        if count > 1 and head.t0 >= self._t0s[1]:
+            twin = next((i for i, w in enumerate(tail) if w.t0 == head.t0), None)
+            if twin is not None:
+                del tail[twin]
         return [head, *tail]
 
 

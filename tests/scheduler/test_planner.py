@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import gc
+import sys
+
 import pytest
 from scheduler_builders import (
     GB,
@@ -310,3 +313,41 @@ def test_a_new_forecast_is_never_planned_from_the_windows_kept_for_the_old_one()
         )
         [order] = [o for o in detailed.orders if o.action is OrderAction.PREFETCH]
         assert 160 < surge - order.not_before < 300
+
+
+def test_a_planning_round_sets_off_no_garbage_collection_and_leaves_the_collector_as_it_was() -> None:
+    cat = catalog(*(spec(f"m{i}", (1 + i % 7) * GB) for i in range(300)))
+    forecasts = {m: flat_forecast(m, 0.4) for m in cat.ids()}
+    world, config = state(cluster("a", "b")), PlannerConfig()
+    collections: list[str] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        # Which code the collection interrupted: the frames under this callback.
+        frame, names = sys._getframe(1), set()
+        while frame is not None:
+            names.add(frame.f_code.co_name)
+            frame = frame.f_back
+        if phase == "start" and "_plan_detailed" in names:  # the round, inside its pause
+            collections.append(phase)
+
+    gc.callbacks.append(seen)
+    try:
+        gc.collect()
+        collections.clear()
+        was = gc.get_threshold()
+        gc.set_threshold(10)  # a collection every few allocations, were the collector running
+        try:
+            orders = plan(NOW, forecasts, [], cat, world, config)
+        finally:
+            gc.set_threshold(*was)
+        assert orders
+        assert collections == []
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            plan(NOW, forecasts, [], cat, world, config)
+            assert not gc.isenabled()  # a caller that had it off keeps it off
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(seen)

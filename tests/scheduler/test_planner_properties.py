@@ -38,7 +38,13 @@ from prewarm import (
 )
 from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, PlannerMemo, plan, plan_detailed
 from scheduler._planner._value import _hop_times, _Valuer
-from scheduler._planner._wants import _forecast_wants, _forecast_wants_afresh, _Want, _WindowCache
+from scheduler._planner._wants import (
+    _forecast_wants,
+    _forecast_wants_afresh,
+    _forecast_wants_of,
+    _Want,
+    _WindowCache,
+)
 
 TIERS = (Tier.L0, Tier.L1, Tier.L2)
 CONFIG = PlannerConfig()
@@ -331,6 +337,44 @@ def test_windows_kept_between_rounds_are_the_windows_valued_afresh(
         assert _forecast_wants(model, forecast, now, config, gains, kept) == _forecast_wants_afresh(
             model, forecast, now, config, gains
         )
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from([0.0, 0.001, 0.05, 0.3, 0.9, 0.999]), min_size=90, max_size=90),
+            st.integers(1, 140),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from([NOW, ROUNDING_START]),
+    st.floats(-600.0, 3000.0),
+    st.sampled_from([None, {Tier.L1: 1e-7, Tier.L2: 1e-6}, {Tier.L2: 0.01}]),
+)
+def test_windows_valued_in_one_batch_are_each_forecasts_windows_valued_alone(
+    rows: list[tuple[list[float], int]],
+    start: float,
+    offset: float,
+    prices: dict[Tier, float] | None,
+) -> None:
+    config = CONFIG if prices is None else replace(CONFIG, price_per_gb_s=prices)
+    items = [
+        (
+            spec(f"m{i}", size_gb * GB),
+            ModelForecast(
+                model=f"m{i}", start=start, bucket_s=60, expected=np.array(p), p_any=np.array(p), family="t"
+            ),
+        )
+        for i, (p, size_gb) in enumerate(rows)
+    ]
+    gains = {s.id: {Tier.L0: 30.0 * s.size_bytes / GB, Tier.L1: 28.0, Tier.L2: 2.0} for s, _ in items}
+    now = start + offset
+    together = _forecast_wants_of(items, now, config, gains, _WindowCache())
+    assert list(together) == [s.id for s, _ in items]
+    for model, forecast in items:
+        assert together[model.id] == _forecast_wants_afresh(model, forecast, now, config, gains[model.id])
 
 
 REASONS = {True: OrderReason.DEMAND, False: OrderReason.FORECAST}
