@@ -121,8 +121,14 @@ class _Book:
         return next((t for t in CACHE_TIERS if model in self.held[t]), Tier.L3)
 
     def holds(self, model: str, tier: Tier) -> bool:
-        """Whether this node has ``model`` in ``tier`` or closer to the GPU."""
-        return self.closest(model).level <= tier.level
+        """Whether this node has ``model`` in ``tier`` or closer to the GPU (always in L3)."""
+        held = self.held
+        for t in CACHE_TIERS:  # closest first; asked for every model of every round, so no Tier.level
+            if model in held[t]:
+                return True
+            if t is tier:
+                return False
+        return True
 
     def models(self) -> set[str]:
         """Every key this book holds in some tier."""

@@ -62,19 +62,26 @@ def plan_detailed(
     touch (``Plan.full`` is False), where the memo's state allows it, and is a full round otherwise.
     None: a full round, which leaves its state in ``memo`` for the incremental rounds after it.
     """
+    memo = memo if memo is not None else PlannerMemo()
+    if touched is not None:
+        result = _incremental(now, forecasts, hints, catalog, cluster, config, memo, set(touched))
+        if result is not None:
+            return result
     with _collector_paused():
-        return _plan_detailed(now, forecasts, hints, catalog, cluster, config, memo, touched)
+        return _full_round(now, forecasts, hints, catalog, cluster, config, memo)
 
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a round runs, and one of the youngest objects after it.
+    """No cyclic garbage collection while a full round runs, and one full collection after it.
 
-    A round makes hundreds of thousands of small objects (wants, candidates) and no cycles: each burst
-    of them set off full collections that walked every object of the process (forecasts, books, the
-    memo): a third of a 10,000-model round. After the round, collecting only the youngest generation
-    (what the round made) costs a tenth of that, here rather than in the next caller's allocation (a
-    hint's round). The pause is process-wide: other threads go a round without the collector too.
+    A full round makes hundreds of thousands of small objects (wants, candidates) and no cycles: each
+    burst of them set off full collections that walked every object of the process (forecasts, books,
+    the memo), several per round, a third of a 10,000-model round. One walk after the round does what
+    they did, and does it here: collecting only the youngest objects left the rest of that walk to
+    whichever allocation came next, a hint's round 10 x slower than the others. Incremental rounds make
+    too little to be worth pausing for. The pause is process-wide: other threads go a round without
+    the collector too.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -83,24 +90,18 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-            gc.collect(0)
+            gc.collect()
 
 
-def _plan_detailed(
+def _full_round(
     now: float,
     forecasts: Mapping[str, ModelForecast],
     hints: Sequence[Hint],
     catalog: Catalog,
     cluster: ClusterState,
     config: PlannerConfig,
-    memo: PlannerMemo | None,
-    touched: Collection[str] | None,
+    memo: PlannerMemo,
 ) -> Plan:
-    memo = memo if memo is not None else PlannerMemo()
-    if touched is not None:
-        result = _incremental(now, forecasts, hints, catalog, cluster, config, memo, set(touched))
-        if result is not None:
-            return result
     valuer = _Valuer(config, memo.hops, _model_weights(now, forecasts, config))
     # Gains are a bound over the nodes' link rates: one node of each set of rates says the same.
     nodes = list({n.hop_rates: n for n in cluster.nodes.values()}.values())

@@ -327,7 +327,7 @@ def test_a_planning_round_sets_off_no_garbage_collection_and_leaves_the_collecto
         while frame is not None:
             names.add(frame.f_code.co_name)
             frame = frame.f_back
-        if phase == "start" and "_plan_detailed" in names:  # the round, inside its pause
+        if phase == "start" and "_full_round" in names:  # the round, inside its pause
             collections.append(phase)
 
     gc.callbacks.append(seen)
