@@ -157,6 +157,7 @@ class _Books(dict[str, _Book]):
     def __init__(self) -> None:
         super().__init__()
         self._at: dict[str, frozenset[str]] = {}
+        self._gpu: dict[str, int] = {}  # per model, how many nodes hold it in L0
 
     def __setitem__(self, name: str, book: _Book) -> None:
         old = self.get(name)
@@ -167,24 +168,40 @@ class _Books(dict[str, _Book]):
             at[model] = at.get(model, frozenset()) - {name}
         for model in after - before:
             at[model] = at.get(model, frozenset()) | {name}
+        gpu = self._gpu
+        was, now = (old.held[Tier.L0].keys() if old is not None else set()), book.held[Tier.L0].keys()
+        for model in was - now:
+            gpu[model] -= 1
+        for model in now - was:
+            gpu[model] = gpu.get(model, 0) + 1
         super().__setitem__(name, book)
 
     def reindex(self) -> None:
         """Rebuild the index after books were changed in place (only while they are being opened)."""
         at: dict[str, set[str]] = {}
+        gpu: dict[str, int] = {}
         for name, book in self.items():
             for model in book.models():
                 at.setdefault(model, set()).add(name)
+            for model in book.held[Tier.L0]:
+                gpu[model] = gpu.get(model, 0) + 1
         self._at = {model: frozenset(names) for model, names in at.items()}
+        self._gpu = gpu
 
     def holders(self, model: str) -> frozenset[str]:
         return self._at.get(model, frozenset())
+
+    def in_gpu(self, model: str) -> bool:
+        """Whether some node holds ``model`` in GPU memory (``_Round.held`` at L0, by the index: it is
+        asked of every host copy next to each candidate placed)."""
+        return self._gpu.get(model, 0) > 0
 
     def copy(self) -> _Books:
         """The same books and index; books are never changed in place, so they are shared."""
         out = _Books()
         dict.update(out, self)
         out._at = dict(self._at)
+        out._gpu = dict(self._gpu)
         return out
 
 
@@ -239,6 +256,8 @@ class _Round:
 
     def held(self, model: str, tier: Tier) -> bool:
         """Whether some node has ``model`` in ``tier`` or closer: requests go to the closest copy."""
+        if tier is Tier.L0:
+            return self.books.in_gpu(model)
         return any(self.books[n].holds(model, tier) for n in self.books.holders(model))
 
     def emit(self, decision: _Decision) -> Order:

@@ -293,7 +293,8 @@ def _place_all(
 
 
 def _reserve_inputs(rnd: _Round, book: _Book) -> tuple[bool, ...]:
-    return tuple(rnd.held(m, Tier.L0) for m in book.held[Tier.L1])
+    # What ``_reserve`` asks of each host copy: whether some node holds it in GPU memory.
+    return tuple(map(rnd.books.in_gpu, book.held[Tier.L1]))
 
 
 def _fails_again(rnd: _Round, failure: _Failure) -> bool:

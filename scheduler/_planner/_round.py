@@ -73,15 +73,15 @@ def plan_detailed(
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a full round runs, and one full collection after it.
+    """No cyclic garbage collection while a full round runs, and one full collection after a big one.
 
     A full round makes hundreds of thousands of small objects (wants, candidates) and no cycles: each
     burst of them set off full collections that walked every object of the process (forecasts, books,
-    the memo), several per round, a third of a 10,000-model round. One walk after the round does what
-    they did, and does it here: collecting only the youngest objects left the rest of that walk to
-    whichever allocation came next, a hint's round 10 x slower than the others. Incremental rounds make
-    too little to be worth pausing for. The pause is process-wide: other threads go a round without
-    the collector too.
+    the memo), several per round, a third of a 10,000-model round. One walk after a round that made
+    many objects does what they did, and does it here: collecting only the youngest objects left the
+    rest of that walk to whichever allocation came next, a hint's round 10 x slower than the others.
+    Incremental rounds make too little to be worth pausing for. The pause is process-wide: other
+    threads go a round without the collector too.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -90,7 +90,16 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-            gc.collect()
+            # (The count of allocations, ``gc.get_count``, nets out what the round freed: the last
+            # round's wants, as many as it made. Listing the young objects costs a few ms at most.)
+            if len(gc.get_objects(0)) > _COLLECT_AFTER:
+                gc.collect()
+
+
+_COLLECT_AFTER = 50_000
+"""Objects a round may leave to the collector's next young-generation pass (a few ms); past this many,
+the round walks everything once itself. A full walk per round would cost a small round (a test's, the
+simulator's on a few nodes) more than its planning."""
 
 
 def _full_round(

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec
 from prewarm import CACHE_TIERS, DEMAND_SOURCE, Hint, OrderReason, Tier
-from scheduler._planner._config import PlannerConfig
+from scheduler._planner._config import _INF, PlannerConfig
 
 
 class _Want(NamedTuple):
@@ -36,6 +36,12 @@ class _Want(NamedTuple):
     reason: OrderReason
     demand: bool
     key_time: float  # what the order id is bucketed by: stable across rounds for the same reason
+
+
+_Grid = tuple[float, float, int]
+"""First start, step and number of a forecast's candidate windows."""
+_Key = tuple[object, ...]
+"""What a forecast's kept windows were valued under (``_WindowCache``)."""
 
 
 def _wants(
@@ -133,7 +139,12 @@ def _forecast_wants_of(
             layout = (forecast.start, forecast.bucket_s, len(forecast.p_any), grid)
             batches.setdefault(layout, []).append((spec, forecast, key))
     for (_, _, _, grid), batch in batches.items():
-        made = _value_batch([(s, f) for s, f, _ in batch], grid, config, gains)
+        # One forecast (a hint's round): numpy on one row costs less than the batch's set-up.
+        made = (
+            _value_batch([(s, f) for s, f, _ in batch], grid, config, gains)
+            if len(batch) > 1
+            else [_Windows.valued(batch[0][0], batch[0][1], grid, config, gains[batch[0][0].id])]
+        )
         for (spec, forecast, key), windows in zip(batch, made, strict=True):
             cache.put(forecast, key, windows)
             kept[spec.id] = (grid[2], windows)
@@ -163,12 +174,6 @@ def _forecast_wants_afresh(
     t0s = first + step * np.arange(count)
     values = _window_values(spec, forecast, t0s, now, config, gains)
     return [w for _, w in _window_wants(spec, t0s.tolist(), values, config.window_s)]
-
-
-_Grid = tuple[float, float, int]
-"""First start, step and number of a forecast's candidate windows."""
-_Key = tuple[object, ...]
-"""What a forecast's kept windows were valued under (``_WindowCache``)."""
 
 
 def _grid(forecast: ModelForecast, now: float, config: PlannerConfig) -> _Grid | None:
@@ -354,6 +359,24 @@ class _Windows:
         self._head = head
         self._tail_windows = tail_windows
         self._tail = tail
+
+    @classmethod
+    def valued(
+        cls,
+        spec: ModelSpec,
+        forecast: ModelForecast,
+        grid: _Grid,
+        config: PlannerConfig,
+        gains: Mapping[Tier, float],
+    ) -> _Windows:
+        """One forecast's windows on ``grid``, valued alone (``_value_batch`` values many at once)."""
+        first, step, count = grid
+        t0s = (first + step * np.arange(count)).tolist()
+        values = _window_values(spec, forecast, np.array(t0s), -_INF, config, gains)
+        p, arrival, useful, first_buckets = values
+        head = _window_want(spec, p[0], arrival[0], t0s[0] + config.window_s, useful[0])
+        tail = _window_wants(spec, t0s, values, config.window_s, start=1)
+        return cls(t0s, p[0], arrival[0], first_buckets[0], head, [i for i, _ in tail], [w for _, w in tail])
 
     def at(
         self,
