@@ -230,6 +230,8 @@ class _Round:
     keep_values: dict[tuple[str, Tier, tuple[float, ...]], float] = field(default_factory=dict)
     """What keeping a resident is worth, by (model, tier, the node's link rates): the same on every node
     alike, and, in an incremental round, kept from the last round for the models it does not touch."""
+    floors: dict[int, tuple[dict[Tier, float], dict[Tier, float]]] = field(default_factory=dict)
+    """``_placement._floors`` by model size: the same for every model of a size within a round."""
     _classes: list[list[str]] | None = None
     _positions: dict[str, int] | None = None
 

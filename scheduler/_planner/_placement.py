@@ -177,6 +177,9 @@ def _floors(rnd: _Round, spec: ModelSpec) -> tuple[dict[Tier, float], dict[Tier,
     the cold start into L0, times ``miss_penalty``), and what holding the model costs per second: with
     what a node's copy would save, an upper bound of ``_Valuer.net`` at a few products per want."""
     config, valuer, size = rnd.config, rnd.valuer, spec.size_bytes
+    kept = rnd.floors.get(size)
+    if kept is not None:  # a function of the size alone within a round, and sizes repeat
+        return kept
     nodes = rnd.rate_nodes()
     miss: dict[Tier, float] = {}
     for tier in CACHE_TIERS:
@@ -185,7 +188,8 @@ def _floors(rnd: _Round, spec: ModelSpec) -> tuple[dict[Tier, float], dict[Tier,
             hop = min((valuer.raw_lead(n, size, tier.farther(), tier) for n in nodes), default=0.0)
             wasted = (hop + (config.cold_start_s if tier is Tier.L0 else 0.0)) * config.miss_penalty
         miss[tier] = wasted
-    return miss, {tier: size / 1e9 * config.price(tier) for tier in CACHE_TIERS}
+    floors = rnd.floors[size] = (miss, {tier: size / 1e9 * config.price(tier) for tier in CACHE_TIERS})
+    return floors
 
 
 def _tier_key(c: _Candidate) -> tuple[bool, float, float, int]:

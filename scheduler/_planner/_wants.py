@@ -117,6 +117,7 @@ def _forecast_wants_of(
     batches: dict[
         tuple[float, int, int, _Grid], list[tuple[ModelSpec, ModelForecast, tuple[object, ...]]]
     ] = {}
+    prices = tuple(config.price(t) for t in CACHE_TIERS)
     for spec, forecast in items:
         grid = _grid(forecast, now, config)
         if grid is None:
@@ -129,8 +130,8 @@ def _forecast_wants_of(
             step,
             config.window_s,
             config.arrival_quantile,
-            tuple(gains[spec.id][t] for t in CACHE_TIERS),
-            tuple(config.price(t) for t in CACHE_TIERS),
+            tuple(map(gains[spec.id].__getitem__, CACHE_TIERS)),
+            prices,
         )
         windows = cache.get(forecast, key)
         if windows is not None and windows.count >= count:
