@@ -333,8 +333,9 @@ def _open_gpus(book: _Book, node: NodeState, l0: dict[str, _Entry]) -> None:
 def _protected(r: ResidentModel, now: float, config: PlannerConfig) -> bool:
     if r.pins > 0:
         return True
-    recent = [t for t in (r.last_used, r.loaded_at) if t is not None]
-    return any(now - t < config.min_residence_s for t in recent)
+    window = config.min_residence_s
+    used, loaded = r.last_used, r.loaded_at
+    return (used is not None and now - used < window) or (loaded is not None and now - loaded < window)
 
 
 def _book_pending(rnd: _Round, cluster: ClusterState, books: Mapping[str, _Book] | None = None) -> None:
