@@ -147,6 +147,7 @@ class Node:
         # shard's room takes there, per shard size. Routing a request asks it of every node; between two
         # routes most nodes', and most GPUs', copies have not changed. ``l0_changed`` forgets it.
         self._room: dict[int, GpuRoom | None] = {}
+        self.version = 0  # counts the changes to what ``gpu_room`` and GPU bytes in use answer
         self._room_victims: set[str] = set()  # every copy a remembered answer gave up (or weighed)
         self._options: list[dict[int, tuple[float, list[str]] | None]] = [{} for _ in self.gpu_caps]
         self._option_victims: list[set[str]] = [set() for _ in self.gpu_caps]
@@ -176,9 +177,7 @@ class Node:
     def l0_changed(self, gpus: Iterable[int]) -> None:
         """A GPU copy came, went, landed or changed pins on ``gpus``: what was remembered of them, and of
         the node as a whole, is stale."""
-        if self._room:
-            self._room.clear()
-            self._room_victims.clear()
+        self._forget()
         for g in gpus:
             if self._options[g]:
                 self._options[g].clear()
@@ -189,12 +188,17 @@ class Node:
         becomes the most recently used, so only answers that gave it up (or weighed it) go stale."""
         model = copy.key
         if model in self._room_victims:
-            self._room.clear()
-            self._room_victims.clear()
+            self._forget()
         for g in copy.gpus:
             if model in self._option_victims[g]:
                 self._options[g].clear()
                 self._option_victims[g].clear()
+
+    def _forget(self) -> None:
+        self._room.clear()
+        self._room_victims.clear()
+        self.version += 1
+        self.world.router.node_changed(self)
 
     def gpu_room(self, size: int, asked: Sequence[int] = ()) -> GpuRoom | None:
         """The GPUs an L0 copy of ``size`` bytes takes, the LRU victims that make room there and when the

@@ -38,6 +38,7 @@ from sim._links import Clock
 from sim._metrics import MISPREDICTION_WINDOW_S, Record
 from sim._node import HOP_OVERHEAD_S, INF, Copy, Job, LazyReports, Node, cached_effect, cached_path
 from sim._policies import NodeShape
+from sim._route import Router
 
 __all__ = ["World"]
 
@@ -75,12 +76,7 @@ class World:
         self._l0: dict[str, dict[str, Copy]] = {}  # model -> node -> its L0 copy (ready or loading)
         self._inbound: dict[str, Job] = {}  # model -> a job bringing it to L0 somewhere
         self._applied: set[str] = set()
-        # What routing a request would otherwise scan every node for: which nodes hold any copy of a
-        # model, which can hold a model of a size at all (in cluster order), and how long a load takes.
-        self._holders: dict[str, set[str]] = {}
-        self._able: dict[int, list[Node]] = {}
-        self._order = {name: k for k, name in enumerate(self.nodes)}
-        self._load_s: dict[tuple[str, Tier, int], float] = {}
+        self.router = Router(self.nodes, hop_overhead_s)
         self.waiting = 0  # requests in the window still waiting for their load
 
     # ------------------------------------------------------------------ requests
@@ -93,7 +89,7 @@ class World:
     def fits(self, model: str) -> bool:
         """Whether some node's GPUs can hold ``model`` at all."""
         size = self.catalog[model].size_bytes
-        return bool(self.able(size))
+        return bool(self.router.able(size))
 
     def request(self, model: str, at: float) -> str:
         """A request arrives: served at once from a ready GPU copy, else it waits for a load (the one in
@@ -125,50 +121,10 @@ class World:
         across the cluster), then where the load is quickest. A disk copy does not tie a model to its
         node: every node can fetch from object storage, and sending every load to the node that happened
         to cache it first would leave the others idle."""
-        size = self.catalog[model].size_bytes
-        able = self.able(size)
-        holders = self._holders.get(model, ())
-        best = able
-        if holders:
-            # Only a node holding a copy can be staged closer than disk (level 2, as every other is).
-            level = {}
-            for name in holders:
-                node = self.nodes[name]
-                copy = node.closest(model)
-                if copy is not None and node.shards(size) is not None:
-                    level[name] = min(copy.tier.level, Tier.L2.level)
-            top = min(level.values(), default=Tier.L2.level)
-            if top < Tier.L2.level:
-                staged = sorted((n for n, lv in level.items() if lv == top), key=self._order.__getitem__)
-                best = [self.nodes[n] for n in staged]
-
-        def rank(node: Node) -> tuple[float, float, int]:
-            copy = node.closest(model) if node.name in holders else None
-            frm = copy.tier if copy is not None else Tier.L3
-            room = node.gpu_room(size)
-            return (room[2] if room is not None else INF, self._seconds(node, frm, size), node.used[Tier.L0])
-
-        node = best[0] if len(best) == 1 else min(best, key=rank)
+        node = self.router.choose(model, self.catalog[model].size_bytes)
         job = self._job(node, model, Tier.L0, demand=True, order=None)
         self._start(job)
         return job
-
-    def able(self, size: int) -> list[Node]:
-        """The nodes whose GPUs can hold a model of ``size`` bytes, in cluster order."""
-        nodes = self._able.get(size)
-        if nodes is None:
-            nodes = self._able[size] = [n for n in self.nodes.values() if n.shards(size) is not None]
-        return nodes
-
-    def _seconds(self, node: Node, frm: Tier, size: int) -> float:
-        """How long a load of ``size`` bytes from ``frm`` to GPU memory takes on an idle ``node``."""
-        key = (node.name, frm, size)
-        seconds = self._load_s.get(key)
-        if seconds is None:
-            seconds = self._load_s[key] = sum(
-                size / node.links[HOP_INTO[t]].rate + self.hop_overhead_s for t in cached_path(frm, Tier.L0)
-            )
-        return seconds
 
     def _touch(self, node: Node, model: str, at: float) -> None:
         for tier in CACHE_TIERS:
@@ -377,15 +333,14 @@ class World:
             self._l0.setdefault(job.model, {})[node.name] = copy
         node.copies[tier][job.model] = copy
         node.used[tier] += job.size
-        self._holders.setdefault(job.model, set()).add(node.name)
+        self.router.held(job.model, node)
         return copy
 
     def drop(self, node: Node, tier: Tier, model: str) -> None:
         """``model``'s copy leaves ``tier`` of ``node``: its residence is counted, its bet settled."""
         copy = node.copies[tier].pop(model)
         node.used[tier] -= copy.bytes
-        if node.closest(model) is None:
-            self._holders[model].discard(node.name)
+        self.router.released(model, node)
         now = self.clock.now
         if tier is Tier.L0:
             node.gpu_release(copy)
@@ -414,7 +369,7 @@ class World:
         copy = Copy(model, to, source.bytes, now, now, source.last_used, unused)
         node.copies[to][model] = copy
         node.used[to] += copy.bytes
-        self._holders.setdefault(model, set()).add(node.name)
+        self.router.held(model, node)
         return True
 
     # ------------------------------------------------------------------ orders
