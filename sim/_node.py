@@ -82,14 +82,19 @@ class Copy:
     pins: int = 0  # hops reading from it
     job: Job | None = None  # bringing it in, while in flight
     followers: list[Job] = field(default_factory=list)  # jobs waiting for it to land
+    # When it was last used, or loaded if never used: a field, not a property, because the LRU reads it
+    # of every copy of a tier each time it makes room there. ``use`` keeps it and ``last_used`` in step.
+    recency: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self.recency = self.last_used if self.last_used is not None else self.loaded_at
+
+    def use(self, at: float) -> None:
+        self.last_used = self.recency = at
 
     @property
     def nbytes(self) -> int:
         return self.bytes
-
-    @property
-    def recency(self) -> float:
-        return self.last_used if self.last_used is not None else self.loaded_at
 
     @property
     def ready(self) -> bool:

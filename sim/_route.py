@@ -92,7 +92,7 @@ class Router:
         top = min(level.values(), default=Tier.L2.level)
         if top < Tier.L2.level:
             # Staged in host (or GPU) memory somewhere: only those nodes are considered.
-            staged = sorted((self.nodes[n] for n, lv in level.items() if lv == top), key=self._position)
+            staged = sorted((self.nodes[n] for n, lv in level.items() if lv == top), key=self.position)
             if len(staged) == 1:
                 return staged[0]
             return min(staged, key=lambda n: self.rank(n, n.closest(model).tier, size))  # type: ignore[union-attr]
@@ -102,7 +102,8 @@ class Router:
         ranks.append(self._least(size, able))
         return self._by_order[min(ranks)[3]]
 
-    def _position(self, node: Node) -> int:
+    def position(self, node: Node) -> int:
+        """The node's place in the cluster's list."""
         return self._order[node.name]
 
     def _least(self, size: int, able: list[Node]) -> Rank:

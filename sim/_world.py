@@ -77,6 +77,7 @@ class World:
         self._inbound: dict[str, Job] = {}  # model -> a job bringing it to L0 somewhere
         self._applied: set[str] = set()
         self.router = Router(self.nodes, hop_overhead_s)
+        self._job_nodes: dict[str, set[Node]] = {}  # model -> the nodes with a job for it
         self.waiting = 0  # requests in the window still waiting for their load
 
     # ------------------------------------------------------------------ requests
@@ -130,7 +131,7 @@ class World:
         for tier in CACHE_TIERS:
             copy = node.copies[tier].get(model)
             if copy is not None:
-                copy.last_used = at
+                copy.use(at)
                 copy.prefetched = False
                 if tier is Tier.L0:
                     node.l0_used(copy)
@@ -169,6 +170,7 @@ class World:
         for tier in job.hops:
             self.record.asked(f"{node.name} {HOP_INTO[tier]}", size, now)
         node.jobs.setdefault(model, []).append(job)
+        self._job_nodes.setdefault(model, set()).add(node)
         if target is Tier.L0:
             self._inbound.setdefault(model, job)
         return job
@@ -249,7 +251,7 @@ class World:
             if tier is Tier.L0:
                 node.l0_changed(copy.gpus)
             if job.demand:
-                copy.last_used = now
+                copy.use(now)
             if tier is Tier.L0 and self.record.counts(now):
                 self.record.gpu_seconds_loading += (now - job.hop_began) * len(copy.gpus)
             followers, copy.followers = copy.followers, []
@@ -272,9 +274,12 @@ class World:
         jobs = job.node.jobs.get(job.model, [])
         if job in jobs:
             jobs.remove(job)
+            if not jobs:
+                self._job_nodes[job.model].discard(job.node)
         if self._inbound.get(job.model) is job:
             del self._inbound[job.model]
-            for other in (j for n in self.nodes.values() for j in n.jobs.get(job.model, [])):
+            nodes = sorted(self._job_nodes.get(job.model, ()), key=self.router.position)
+            for other in (j for n in nodes for j in n.jobs.get(job.model, [])):
                 if other.target is Tier.L0:
                     self._inbound[job.model] = other
                     break
@@ -288,6 +293,8 @@ class World:
                 self._start(job)
                 if job.blocked:
                     full.add(job.hops[0])
+                    if len(full) == len(CACHE_TIERS):
+                        break  # every later one waits behind one that found no room
 
     # ------------------------------------------------------------------ bytes in tiers
 
