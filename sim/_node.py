@@ -122,6 +122,7 @@ class Job:
     link: Link | None = None  # the current hop's bytes are on it
     waiting_on: Copy | None = None  # a copy in flight it loads from once it lands
     blocked: bool = False
+    blocked_on: Tier | None = None  # the tier it waits for room in, while blocked
     done: bool = False
 
     def landed(self) -> None:
@@ -146,6 +147,7 @@ class Node:
         self.links = {hop: Link(world.clock, hop, rate) for hop, rate in rates.items()}
         self.jobs: dict[str, list[Job]] = {}
         self.blocked: list[Job] = []
+        self._blocked_on: dict[Tier, int] = {}  # how many blocked loads wait for room in each tier
         self._shards: dict[int, int | None] = {}
         self.on_gpu: list[dict[str, Copy]] = [{} for _ in self.gpu_caps]  # L0 copies with a shard there
         # What making room costs, as the GPUs are now: ``gpu_room(size)`` per size, and per GPU what one
@@ -156,6 +158,24 @@ class Node:
         self._room_victims: set[str] = set()  # every copy a remembered answer gave up (or weighed)
         self._options: list[dict[int, tuple[float, list[str]] | None]] = [{} for _ in self.gpu_caps]
         self._option_victims: list[set[str]] = [set() for _ in self.gpu_caps]
+
+    @property
+    def waiting_for(self) -> Iterable[Tier]:
+        """The tiers some blocked load waits for room in."""
+        return self._blocked_on.keys()
+
+    def wait_on(self, job: Job, tier: Tier | None) -> None:
+        """``job`` now waits for room in ``tier`` (None: no longer waits)."""
+        if job.blocked_on is tier:
+            return
+        counts = self._blocked_on
+        if job.blocked_on is not None:
+            counts[job.blocked_on] -= 1
+            if not counts[job.blocked_on]:
+                del counts[job.blocked_on]
+        if tier is not None:
+            counts[tier] = counts.get(tier, 0) + 1
+        job.blocked_on = tier
 
     def shards(self, size: int) -> int | None:
         """``prewarm.gpu_shards`` for this node's GPUs, remembered per size."""

@@ -180,6 +180,8 @@ class World:
         demand load that finds no room waits in its node's queue (``_retry``) until it does."""
         stuck = self._advance(job)
         node = job.node
+        if stuck:
+            node.wait_on(job, job.hops[0])  # a demand load finds no room only for a hop it is to make
         if stuck and not job.blocked:
             job.blocked = True
             node.blocked.append(job)
@@ -188,6 +190,7 @@ class World:
         elif not stuck and job.blocked:
             job.blocked = False
             node.blocked.remove(job)
+            node.wait_on(job, None)
 
     def _advance(self, job: Job) -> bool:
         """``_start`` but for the queue: True when a demand load found no room."""
@@ -293,7 +296,7 @@ class World:
                 self._start(job)
                 if job.blocked:
                     full.add(job.hops[0])
-                    if len(full) == len(CACHE_TIERS):
+                    if full.issuperset(node.waiting_for):
                         break  # every later one waits behind one that found no room
 
     # ------------------------------------------------------------------ bytes in tiers
