@@ -84,10 +84,12 @@ class Router:
         able = self.able(size)
         holders = self.holders.get(model, ())
         level: dict[str, int] = {}
+        tier: dict[str, Tier] = {}
         for name in holders:
             node = self.nodes[name]
             copy = node.closest(model)
             if copy is not None and node.shards(size) is not None:
+                tier[name] = copy.tier
                 level[name] = min(copy.tier.level, Tier.L2.level)
         top = min(level.values(), default=Tier.L2.level)
         if top < Tier.L2.level:
@@ -95,7 +97,7 @@ class Router:
             staged = sorted((self.nodes[n] for n, lv in level.items() if lv == top), key=self.position)
             if len(staged) == 1:
                 return staged[0]
-            return min(staged, key=lambda n: self.rank(n, n.closest(model).tier, size))  # type: ignore[union-attr]
+            return min(staged, key=lambda n: self.rank(n, tier[n.name], size))
         if len(able) == 1:
             return able[0]
         ranks = [self.rank(self.nodes[n], Tier.L2, size) for n in level]
