@@ -20,7 +20,8 @@ def test_sim_speed_on_a_long_tail_of_8_gpu_nodes_reports_each_policy_with_its_st
     result = CliRunner().invoke(app, [*args, "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    assert data["setup"]["gpus"] == 8 and data["setup"]["trace"] == "long-tail"
+    assert data["setup"]["gpus"] == 8
+    assert data["setup"]["trace"] == "long-tail"
     assert [row["policy"] for row in data["rows"]] == ["reactive", "histogram"]
     for row in data["rows"]:
         assert row.keys() >= ROW_KEYS
@@ -48,4 +49,5 @@ def test_long_tail_sizes_follow_the_mix_and_the_trace_covers_warmup_and_window()
     for gb, share in LONG_TAIL_MIX.items():
         assert abs(sizes.count(int(gb)) / 1000 - share) < 0.005
     stamps = fleet.events["timestamp"]
-    assert stamps.min() < fleet.start - 3 * 3600 and stamps.max() < fleet.end == fleet.start + 7200
+    assert stamps.min() < fleet.start - 3 * 3600
+    assert stamps.max() < fleet.end == fleet.start + 7200
