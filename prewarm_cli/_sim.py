@@ -224,53 +224,93 @@ def speed_trace(requests: int, models: int, hours: float, *, seed: int = 0, star
 
 @bench_app.command("sim-speed")
 def bench_sim_speed(
-    requests: int = typer.Option(260_000, "--requests", min=1, help="Requests in the simulated window."),
+    requests: int = typer.Option(
+        260_000, "--requests", min=1, help="Requests in the simulated window (--trace speed only)."
+    ),
     models: int = typer.Option(60, "--models", min=1, help="Models of the trace."),
     hours: float = typer.Option(48.0, "--hours", min=0.1, help="Hours simulated."),
     nodes: int = typer.Option(2, "--nodes", min=1, help="Nodes of the default cluster."),
+    gpus: int = typer.Option(
+        2, "--gpus", min=1, help="80 GB GPUs per node (with 200 GB of host cache and 1 TB of NVMe each)."
+    ),
+    trace: str = typer.Option(
+        "speed",
+        "--trace",
+        help="speed: the benchmark's own trace, a day before the window at the same rate, model sizes "
+        "7-70B; long-tail: the trace suite's fleet (about 520 requests a model a day, 4 h of warm-up), "
+        "mostly small models (sim.LONG_TAIL_MIX).",
+    ),
+    world: str = typer.Option("both", "--world", help="both, cluster or unlimited."),
+    seed: int = typer.Option(0, "--seed", help="Trace seed."),
     policies: list[str] | None = typer.Option(None, "--policy", help="Policies (default: the baselines)."),
     out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here (default stdout)."),
 ) -> None:
     """Simulated requests per second of the baselines, on the cluster and under --unlimited."""
     import time
 
-    from sim import default_cluster, run_policies, virtual_catalog
+    from sim import default_cluster, long_tail, run_policies, virtual_catalog
 
-    start = 1_704_412_800.0
-    events = speed_trace(requests, models, hours, start=start)
-    catalog = virtual_catalog(sorted(events["model"].unique()))
-    window = events[(events.timestamp >= start) & (events.timestamp < start + hours * 3600)]
+    if trace not in ("speed", "long-tail"):
+        fail(f"--trace must be speed or long-tail, not {trace!r}")
+    worlds = {"both": (True, False), "cluster": (False,), "unlimited": (True,)}.get(world)
+    if worlds is None:
+        fail(f"--world must be both, cluster or unlimited, not {world!r}")
+    began = time.perf_counter()
+    if trace == "speed":
+        start = 1_704_412_800.0
+        end = start + hours * 3600
+        events = speed_trace(requests, models, hours, seed=seed, start=start)
+        catalog = virtual_catalog(sorted(events["model"].unique()))
+    else:
+        fleet = long_tail(models, hours, seed=seed)
+        events, catalog, start, end = fleet.events, fleet.catalog, fleet.start, fleet.end
+    made_s = time.perf_counter() - began
+    window = events[(events.timestamp >= start) & (events.timestamp < end)]
+    typer.echo(f"{len(events):,} requests ({len(window):,} in the window) made in {made_s:.1f} s", err=True)
+    cluster = default_cluster(nodes, gpus)
     rows: list[dict[str, Any]] = []
-    for unlimited in (True, False):
+    for unlimited in worlds:
         for label in policies or ["reactive", "keepalive:600", "oracle"]:
             began = time.perf_counter()
             result = run_policies(
-                events,
-                catalog,
-                default_cluster(nodes),
-                [label],
-                start=start,
-                end=start + hours * 3600,
-                unlimited=unlimited,
+                events, catalog, cluster, [label], start=start, end=end, unlimited=unlimited
             )[label]
             seconds = time.perf_counter() - began
             rows.append(
                 {
                     "policy": label,
-                    "world": "unlimited" if unlimited else f"{nodes} nodes",
+                    "world": "unlimited" if unlimited else f"{nodes} nodes x {gpus} GPUs",
                     "requests": result.requests,
                     "seconds": round(seconds, 2),
                     "requests_per_s": round(len(window) / seconds),
                     "cold_start_rate": round(result.cold_start_rate, 3),
+                    "p75_model_cold_start_rate": round(result.p75_model_cold_start_rate, 3),
+                    "wait_p99_s": round(result.wait_p99_s, 2),
                     "stable": result.stable,
+                    "offered_load": round(result.offered_load, 3),
+                    "busiest_link": result.busiest_link,
                 }
             )
             typer.echo(
                 f"{label:<14} {rows[-1]['world']:<10} {result.requests:>8} requests in {seconds:6.2f} s: "
-                f"{rows[-1]['requests_per_s']:>8} /s (cold {result.cold_start_rate:.1%})",
+                f"{rows[-1]['requests_per_s']:>8} /s (cold {result.cold_start_rate:.1%}, "
+                f"{'stable' if result.stable else 'UNSTABLE'}: offered load {result.offered_load:.2f} "
+                f"on {result.busiest_link or '-'})",
                 err=True,
             )
-    write_json({"rows": rows}, out)
+    setup = {
+        "trace": trace,
+        "models": models,
+        "models_requested": int(events["model"].nunique()),
+        "catalog_bytes": sum(spec.size_bytes for spec in catalog),
+        "nodes": nodes,
+        "gpus": gpus,
+        "hours": hours,
+        "seed": seed,
+        "trace_requests": len(events),
+        "window_requests": len(window),
+    }
+    write_json({"setup": setup, "rows": rows}, out)
 
 
 @bench_app.command("policy")

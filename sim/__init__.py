@@ -47,7 +47,7 @@ from sim._run import (
     run_policies,
     simulate,
 )
-from sim._scenario import DEFAULT_SIZES, default_cluster, virtual_catalog
+from sim._scenario import DEFAULT_SIZES, LONG_TAIL_MIX, LongTail, default_cluster, long_tail, virtual_catalog
 from sim._suite import SUITE_CASES, Case, ModelTruth, suite, write_case
 from sim._sweep import DEFAULT_KNOBS, SweepPoint, SweepResult, dominated, label_grid, pareto_front, sweep
 from sim._unlimited import UnlimitedWorld
@@ -57,6 +57,7 @@ __all__ = [
     "DEFAULT_KNOBS",
     "DEFAULT_POLICIES",
     "DEFAULT_SIZES",
+    "LONG_TAIL_MIX",
     "SETTINGS",
     "SUITE_CASES",
     "UNLIMITED_NODE",
@@ -65,6 +66,7 @@ __all__ = [
     "HistogramPolicy",
     "IdleHistogram",
     "KeepAlivePolicy",
+    "LongTail",
     "ModelTruth",
     "NodeShape",
     "OraclePolicy",
@@ -92,6 +94,7 @@ __all__ = [
     "judge",
     "knob_float",
     "label_grid",
+    "long_tail",
     "make_policy",
     "make_world",
     "metrics",

@@ -4,7 +4,7 @@ hop, a node's tiers and links, and the reports a node gives of itself (built onl
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -12,16 +12,20 @@ from models import Catalog
 from prewarm import (
     CACHE_TIERS,
     Effect,
+    Evictable,
     ExecutorState,
     GpuState,
+    Holding,
     Order,
     OrderAction,
     ResidentModel,
     Tier,
     TierState,
     effect,
+    gpu_placement,
     gpu_shards,
     load_path,
+    lru_victims,
 )
 from sim._links import Link
 from sim._policies import NodeShape, build
@@ -29,7 +33,17 @@ from sim._policies import NodeShape, build
 if TYPE_CHECKING:
     from sim._world import World
 
-__all__ = ["HOP_OVERHEAD_S", "INF", "Copy", "Job", "LazyReports", "Node", "cached_effect", "cached_path"]
+__all__ = [
+    "HOP_OVERHEAD_S",
+    "INF",
+    "Copy",
+    "GpuRoom",
+    "Job",
+    "LazyReports",
+    "Node",
+    "cached_effect",
+    "cached_path",
+]
 
 
 @functools.cache
@@ -68,14 +82,19 @@ class Copy:
     pins: int = 0  # hops reading from it
     job: Job | None = None  # bringing it in, while in flight
     followers: list[Job] = field(default_factory=list)  # jobs waiting for it to land
+    # When it was last used, or loaded if never used: a field, not a property, because the LRU reads it
+    # of every copy of a tier each time it makes room there. ``use`` keeps it and ``last_used`` in step.
+    recency: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self.recency = self.last_used if self.last_used is not None else self.loaded_at
+
+    def use(self, at: float) -> None:
+        self.last_used = self.recency = at
 
     @property
     def nbytes(self) -> int:
         return self.bytes
-
-    @property
-    def recency(self) -> float:
-        return self.last_used if self.last_used is not None else self.loaded_at
 
     @property
     def ready(self) -> bool:
@@ -103,10 +122,16 @@ class Job:
     link: Link | None = None  # the current hop's bytes are on it
     waiting_on: Copy | None = None  # a copy in flight it loads from once it lands
     blocked: bool = False
+    blocked_on: Tier | None = None  # the tier it waits for room in, while blocked
     done: bool = False
 
     def landed(self) -> None:
         self.node.world.hop_landed(self)
+
+
+GpuRoom = tuple[tuple[int, ...], list[str], float]
+"""``Node.gpu_room``: the GPUs an L0 copy takes, the LRU victims that make room there, and when the most
+recently used of them was last used (-inf: none)."""
 
 
 class Node:
@@ -122,13 +147,149 @@ class Node:
         self.links = {hop: Link(world.clock, hop, rate) for hop, rate in rates.items()}
         self.jobs: dict[str, list[Job]] = {}
         self.blocked: list[Job] = []
+        self._blocked_on: dict[Tier, int] = {}  # how many blocked loads wait for room in each tier
         self._shards: dict[int, int | None] = {}
+        self.on_gpu: list[dict[str, Copy]] = [{} for _ in self.gpu_caps]  # L0 copies with a shard there
+        # What making room costs, as the GPUs are now: ``gpu_room(size)`` per size, and per GPU what one
+        # shard's room takes there, per shard size. Routing a request asks it of every node; between two
+        # routes most nodes', and most GPUs', copies have not changed. ``l0_changed`` forgets it.
+        self._room: dict[int, GpuRoom | None] = {}
+        self.version = 0  # counts the changes to what ``gpu_room`` and GPU bytes in use answer
+        self._room_victims: set[str] = set()  # every copy a remembered answer gave up (or weighed)
+        self._options: list[dict[int, tuple[float, list[str]] | None]] = [{} for _ in self.gpu_caps]
+        self._option_victims: list[set[str]] = [set() for _ in self.gpu_caps]
+
+    @property
+    def waiting_for(self) -> Iterable[Tier]:
+        """The tiers some blocked load waits for room in."""
+        return self._blocked_on.keys()
+
+    def wait_on(self, job: Job, tier: Tier | None) -> None:
+        """``job`` now waits for room in ``tier`` (None: no longer waits)."""
+        if job.blocked_on is tier:
+            return
+        counts = self._blocked_on
+        if job.blocked_on is not None:
+            counts[job.blocked_on] -= 1
+            if not counts[job.blocked_on]:
+                del counts[job.blocked_on]
+        if tier is not None:
+            counts[tier] = counts.get(tier, 0) + 1
+        job.blocked_on = tier
 
     def shards(self, size: int) -> int | None:
         """``prewarm.gpu_shards`` for this node's GPUs, remembered per size."""
         if size not in self._shards:
             self._shards[size] = gpu_shards(size, self.gpu_caps)
         return self._shards[size]
+
+    def gpu_hold(self, copy: Copy) -> None:
+        """``copy`` takes its shard on each of its GPUs."""
+        shard = -(-copy.bytes // max(len(copy.gpus), 1))
+        for g in copy.gpus:
+            self.gpu_used[g] += shard
+            self.on_gpu[g][copy.key] = copy
+        self.l0_changed(copy.gpus)
+
+    def gpu_release(self, copy: Copy) -> None:
+        """``copy`` leaves its GPUs."""
+        shard = -(-copy.bytes // max(len(copy.gpus), 1))
+        for g in copy.gpus:
+            self.gpu_used[g] -= shard
+            del self.on_gpu[g][copy.key]
+        self.l0_changed(copy.gpus)
+
+    def l0_changed(self, gpus: Iterable[int]) -> None:
+        """A GPU copy came, went, landed or changed pins on ``gpus``: what was remembered of them, and of
+        the node as a whole, is stale."""
+        self._forget()
+        for g in gpus:
+            if self._options[g]:
+                self._options[g].clear()
+                self._option_victims[g].clear()
+
+    def l0_used(self, copy: Copy) -> None:
+        """``copy`` (in GPU memory) was just used. A copy the LRU did not give up stays kept when it
+        becomes the most recently used, so only answers that gave it up (or weighed it) go stale."""
+        model = copy.key
+        if model in self._room_victims:
+            self._forget()
+        for g in copy.gpus:
+            if model in self._option_victims[g]:
+                self._options[g].clear()
+                self._option_victims[g].clear()
+
+    def _forget(self) -> None:
+        self._room.clear()
+        self._room_victims.clear()
+        self.version += 1
+        self.world.router.node_changed(self)
+
+    def gpu_room(self, size: int, asked: Sequence[int] = ()) -> GpuRoom | None:
+        """The GPUs an L0 copy of ``size`` bytes takes, the LRU victims that make room there and when the
+        most recently used of them was last used (-inf: none); None when even every evictable copy would
+        not do. Answers for no particular GPUs are remembered until the GPUs' copies change."""
+        if asked:
+            return self._gpu_room(size, asked)
+        if size in self._room:
+            return self._room[size]
+        found = self._room[size] = self._gpu_room(size, ())
+        if found is not None:
+            self._room_victims.update(found[1])
+        return found
+
+    def _gpu_room(self, size: int, asked: Sequence[int]) -> GpuRoom | None:
+        """``gpu_room``, worked out.
+
+        Where the shards fit as things are, ``gpu_placement`` chooses (the order's GPUs if it names ones
+        with room). Otherwise, for each GPU ``lru_victims`` names what must go for one shard to fit, and
+        the GPUs whose victims were least recently used are chosen; a victim sharded over several GPUs
+        frees its shard on each of them.
+        """
+        n = self.shards(size)
+        if n is None:
+            return None
+        shard = -(-size // n)
+        free = [cap - used for cap, used in zip(self.gpu_caps, self.gpu_used, strict=True)]
+        named = tuple(sorted(set(asked)))
+        if len(named) == n and all(0 <= g < len(free) and free[g] >= shard for g in named):
+            return named, [], -INF
+        placed = gpu_placement(size, self.gpu_caps, free)
+        if placed is not None:
+            return placed, [], -INF
+        options: dict[int, tuple[float, list[str]]] = {}
+        for g, cap in enumerate(self.gpu_caps):
+            if cap < shard:
+                continue
+            option = self._option(g, shard, free[g])
+            if option is not None:
+                options[g] = option
+        pick = sorted(options, key=lambda g: (options[g][0], g))[:n]
+        if len(pick) < n:
+            return None
+        victims = list(dict.fromkeys(v for g in pick for v in options[g][1]))
+        return tuple(sorted(pick)), victims, max(options[g][0] for g in pick)
+
+    def _option(self, g: int, shard: int, free: int) -> tuple[float, list[str]] | None:
+        """What room for one shard of ``shard`` bytes takes on GPU ``g`` by the LRU rule: the victims,
+        and when the most recently used of them was last used (None: not even all of them would do).
+        Remembered per shard size until a copy on the GPU changes."""
+        known = self._options[g]
+        if shard in known:
+            return known[shard]
+        # A copy sharded over several GPUs frees one shard on each.
+        here: list[Evictable[str]] = [
+            c if len(c.gpus) == 1 else Holding(m, -(-c.bytes // len(c.gpus)), c.recency, c.pins, c.ready)
+            for m, c in self.on_gpu[g].items()
+        ]
+        victims = lru_victims(here, shard, free)
+        option = None
+        if victims is not None:
+            recency = {h.key: h.recency for h in here}
+            option = (max((recency[v] for v in victims), default=-INF), victims)
+            self._option_victims[g].update(victims)
+        known[shard] = option
+        return option
 
     def closest(self, model: str) -> Copy | None:
         for tier in CACHE_TIERS:

@@ -19,21 +19,18 @@ Demotions write down to the farther tier at once (device-to-host copies do not u
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from models import Catalog
 from prewarm import (
     CACHE_TIERS,
     HOP_INTO,
-    Evictable,
     ExecutorState,
-    Holding,
     Order,
     OrderAction,
     OrderStatus,
     Tier,
     admit,
-    gpu_placement,
     lru_victims,
 )
 from scheduler import Cluster
@@ -41,6 +38,7 @@ from sim._links import Clock
 from sim._metrics import MISPREDICTION_WINDOW_S, Record
 from sim._node import HOP_OVERHEAD_S, INF, Copy, Job, LazyReports, Node, cached_effect, cached_path
 from sim._policies import NodeShape
+from sim._route import Router
 
 __all__ = ["World"]
 
@@ -78,6 +76,8 @@ class World:
         self._l0: dict[str, dict[str, Copy]] = {}  # model -> node -> its L0 copy (ready or loading)
         self._inbound: dict[str, Job] = {}  # model -> a job bringing it to L0 somewhere
         self._applied: set[str] = set()
+        self.router = Router(self.nodes, hop_overhead_s)
+        self._job_nodes: dict[str, set[Node]] = {}  # model -> the nodes with a job for it
         self.waiting = 0  # requests in the window still waiting for their load
 
     # ------------------------------------------------------------------ requests
@@ -90,7 +90,7 @@ class World:
     def fits(self, model: str) -> bool:
         """Whether some node's GPUs can hold ``model`` at all."""
         size = self.catalog[model].size_bytes
-        return any(n.shards(size) is not None for n in self.nodes.values())
+        return bool(self.router.able(size))
 
     def request(self, model: str, at: float) -> str:
         """A request arrives: served at once from a ready GPU copy, else it waits for a load (the one in
@@ -122,25 +122,7 @@ class World:
         across the cluster), then where the load is quickest. A disk copy does not tie a model to its
         node: every node can fetch from object storage, and sending every load to the node that happened
         to cache it first would leave the others idle."""
-        size = self.catalog[model].size_bytes
-
-        def staged(node: Node) -> int:
-            copy = node.closest(model)
-            return min(copy.tier.level, Tier.L2.level) if copy is not None else Tier.L2.level
-
-        def rank(node: Node) -> tuple[float, float, int]:
-            copy = node.closest(model)
-            frm = copy.tier if copy is not None else Tier.L3
-            seconds = sum(
-                size / node.links[HOP_INTO[t]].rate + self.hop_overhead_s for t in cached_path(frm, Tier.L0)
-            )
-            room = self._gpu_room(node, size)
-            return (room[2] if room is not None else INF, seconds, node.used[Tier.L0])
-
-        able = [n for n in self.nodes.values() if n.shards(size) is not None]
-        level = {n.name: staged(n) for n in able}
-        best = [n for n in able if level[n.name] == min(level.values())]
-        node = best[0] if len(best) == 1 else min(best, key=rank)
+        node = self.router.choose(model, self.catalog[model].size_bytes)
         job = self._job(node, model, Tier.L0, demand=True, order=None)
         self._start(job)
         return job
@@ -149,8 +131,10 @@ class World:
         for tier in CACHE_TIERS:
             copy = node.copies[tier].get(model)
             if copy is not None:
-                copy.last_used = at
+                copy.use(at)
                 copy.prefetched = False
+                if tier is Tier.L0:
+                    node.l0_used(copy)
 
     def _make_demand(self, job: Job | None) -> None:
         """A request waits on ``job``: it, and the loads it waits for, pre-empt speculative transfers."""
@@ -186,6 +170,7 @@ class World:
         for tier in job.hops:
             self.record.asked(f"{node.name} {HOP_INTO[tier]}", size, now)
         node.jobs.setdefault(model, []).append(job)
+        self._job_nodes.setdefault(model, set()).add(node)
         if target is Tier.L0:
             self._inbound.setdefault(model, job)
         return job
@@ -195,6 +180,8 @@ class World:
         demand load that finds no room waits in its node's queue (``_retry``) until it does."""
         stuck = self._advance(job)
         node = job.node
+        if stuck:
+            node.wait_on(job, job.hops[0])  # a demand load finds no room only for a hop it is to make
         if stuck and not job.blocked:
             job.blocked = True
             node.blocked.append(job)
@@ -203,6 +190,7 @@ class World:
         elif not stuck and job.blocked:
             job.blocked = False
             node.blocked.remove(job)
+            node.wait_on(job, None)
 
     def _advance(self, job: Job) -> bool:
         """``_start`` but for the queue: True when a demand load found no room."""
@@ -239,6 +227,8 @@ class World:
         job.copy, job.reading, job.hop_began = copy, source, now
         if source is not None:
             source.pins += 1
+            if source.tier is Tier.L0:
+                node.l0_changed(source.gpus)
         self.clock.at(now + self.hop_overhead_s, self._enqueue, job)
         return False
 
@@ -255,12 +245,16 @@ class World:
         self.record.moved(HOP_INTO[tier], job.size, now)
         if job.reading is not None:
             job.reading.pins -= 1
+            if job.reading.tier is Tier.L0:
+                node.l0_changed(job.reading.gpus)
             job.reading = None
         copy = job.copy
         if copy is not None:
             copy.ready_at, copy.job = now, None
+            if tier is Tier.L0:
+                node.l0_changed(copy.gpus)
             if job.demand:
-                copy.last_used = now
+                copy.use(now)
             if tier is Tier.L0 and self.record.counts(now):
                 self.record.gpu_seconds_loading += (now - job.hop_began) * len(copy.gpus)
             followers, copy.followers = copy.followers, []
@@ -283,9 +277,12 @@ class World:
         jobs = job.node.jobs.get(job.model, [])
         if job in jobs:
             jobs.remove(job)
+            if not jobs:
+                self._job_nodes[job.model].discard(job.node)
         if self._inbound.get(job.model) is job:
             del self._inbound[job.model]
-            for other in (j for n in self.nodes.values() for j in n.jobs.get(job.model, [])):
+            nodes = sorted(self._job_nodes.get(job.model, ()), key=self.router.position)
+            for other in (j for n in nodes for j in n.jobs.get(job.model, [])):
                 if other.target is Tier.L0:
                     self._inbound[job.model] = other
                     break
@@ -299,6 +296,8 @@ class World:
                 self._start(job)
                 if job.blocked:
                     full.add(job.hops[0])
+                    if full.issuperset(node.waiting_for):
+                        break  # every later one waits behind one that found no room
 
     # ------------------------------------------------------------------ bytes in tiers
 
@@ -307,7 +306,7 @@ class World:
         the other tiers), or None when even every evictable copy would not make enough."""
         displaced = 0
         if tier is Tier.L0:
-            found = self._gpu_room(node, job.size, job.gpus)
+            found = node.gpu_room(job.size, job.gpus)
             if found is None:
                 return None
             gpus, victims, _ = found
@@ -323,48 +322,6 @@ class World:
         if job.order is not None and self.record.counts(self.clock.now):
             self.record.over_commit_bytes += displaced
         return gpus
-
-    def _gpu_room(
-        self, node: Node, size: int, asked: Sequence[int] = ()
-    ) -> tuple[tuple[int, ...], list[str], float] | None:
-        """The GPUs an L0 copy takes, the LRU victims that make room there and when the most recently
-        used of them was last used (-inf: none); None when even every evictable copy would not do.
-
-        Where the shards fit as things are, ``gpu_placement`` chooses (the order's GPUs if it names ones
-        with room). Otherwise, for each GPU ``lru_victims`` names what must go for one shard to fit, and
-        the GPUs whose victims were least recently used are chosen; a victim sharded over several GPUs
-        frees its shard on each of them.
-        """
-        n = node.shards(size)
-        if n is None:
-            return None
-        shard = -(-size // n)
-        free = [cap - used for cap, used in zip(node.gpu_caps, node.gpu_used, strict=True)]
-        named = tuple(sorted(set(asked)))
-        if len(named) == n and all(0 <= g < len(free) and free[g] >= shard for g in named):
-            return named, [], -INF
-        placed = gpu_placement(size, node.gpu_caps, free)
-        if placed is not None:
-            return placed, [], -INF
-        options: dict[int, tuple[float, list[str]]] = {}
-        for g, cap in enumerate(node.gpu_caps):
-            if cap < shard:
-                continue
-            # A copy sharded over several GPUs frees one shard on each.
-            here: list[Evictable[str]] = [
-                c if len(c.gpus) == 1 else Holding(m, -(-c.bytes // len(c.gpus)), c.recency, c.pins, c.ready)
-                for m, c in node.copies[Tier.L0].items()
-                if g in c.gpus
-            ]
-            victims = lru_victims(here, shard, free[g])
-            if victims is not None:
-                recency = {h.key: h.recency for h in here}
-                options[g] = (max((recency[v] for v in victims), default=-INF), victims)
-        pick = sorted(options, key=lambda g: (options[g][0], g))[:n]
-        if len(pick) < n:
-            return None
-        victims = list(dict.fromkeys(v for g in pick for v in options[g][1]))
-        return tuple(sorted(pick)), victims, max(options[g][0] for g in pick)
 
     def _hold(self, node: Node, tier: Tier, job: Job, gpus: tuple[int, ...]) -> Copy:
         now = self.clock.now
@@ -382,23 +339,21 @@ class World:
             job=job,
         )
         if tier is Tier.L0:
-            shard = -(-job.size // max(len(gpus), 1))
-            for g in gpus:
-                node.gpu_used[g] += shard
+            node.gpu_hold(copy)
             self._l0.setdefault(job.model, {})[node.name] = copy
         node.copies[tier][job.model] = copy
         node.used[tier] += job.size
+        self.router.held(job.model, node)
         return copy
 
     def drop(self, node: Node, tier: Tier, model: str) -> None:
         """``model``'s copy leaves ``tier`` of ``node``: its residence is counted, its bet settled."""
         copy = node.copies[tier].pop(model)
         node.used[tier] -= copy.bytes
+        self.router.released(model, node)
         now = self.clock.now
         if tier is Tier.L0:
-            shard = -(-copy.bytes // max(len(copy.gpus), 1))
-            for g in copy.gpus:
-                node.gpu_used[g] -= shard
+            node.gpu_release(copy)
             on = self._l0.get(model)
             if on is not None:
                 on.pop(node.name, None)
@@ -424,6 +379,7 @@ class World:
         copy = Copy(model, to, source.bytes, now, now, source.last_used, unused)
         node.copies[to][model] = copy
         node.used[to] += copy.bytes
+        self.router.held(model, node)
         return True
 
     # ------------------------------------------------------------------ orders
