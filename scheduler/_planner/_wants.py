@@ -114,9 +114,7 @@ def _forecast_wants_of(
     """
     kept: dict[str, tuple[int, _Windows]] = {}
     # By (start, bucket, length, grid): forecasts whose windows are valued as one batch.
-    batches: dict[
-        tuple[float, int, int, _Grid], list[tuple[ModelSpec, ModelForecast, tuple[object, ...]]]
-    ] = {}
+    batches: dict[tuple[float, int, int, _Grid], list[tuple[ModelSpec, ModelForecast, _Key]]] = {}
     prices = tuple(config.price(t) for t in CACHE_TIERS)
     for spec, forecast in items:
         grid = _grid(forecast, now, config)
