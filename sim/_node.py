@@ -97,6 +97,11 @@ class Copy:
         return self.bytes
 
     @property
+    def shard(self) -> int:
+        """Bytes it takes on each of its GPUs (all of them with none: not in GPU memory)."""
+        return -(-self.bytes // max(len(self.gpus), 1))
+
+    @property
     def ready(self) -> bool:
         return self.ready_at != INF
 
@@ -185,17 +190,15 @@ class Node:
 
     def gpu_hold(self, copy: Copy) -> None:
         """``copy`` takes its shard on each of its GPUs."""
-        shard = -(-copy.bytes // max(len(copy.gpus), 1))
         for g in copy.gpus:
-            self.gpu_used[g] += shard
+            self.gpu_used[g] += copy.shard
             self.on_gpu[g][copy.key] = copy
         self.l0_changed(copy.gpus)
 
     def gpu_release(self, copy: Copy) -> None:
         """``copy`` leaves its GPUs."""
-        shard = -(-copy.bytes // max(len(copy.gpus), 1))
         for g in copy.gpus:
-            self.gpu_used[g] -= shard
+            self.gpu_used[g] -= copy.shard
             del self.on_gpu[g][copy.key]
         self.l0_changed(copy.gpus)
 
@@ -279,7 +282,7 @@ class Node:
             return known[shard]
         # A copy sharded over several GPUs frees one shard on each.
         here: list[Evictable[str]] = [
-            c if len(c.gpus) == 1 else Holding(m, -(-c.bytes // len(c.gpus)), c.recency, c.pins, c.ready)
+            c if len(c.gpus) == 1 else Holding(m, c.shard, c.recency, c.pins, c.ready)
             for m, c in self.on_gpu[g].items()
         ]
         victims = lru_victims(here, shard, free)

@@ -57,7 +57,7 @@ def _best_candidate(
 ) -> list[_Candidate]:
     """The tier and want to act on for ``spec``, one option per equally good node; none: nothing to do."""
     if rnd.held(spec.id, Tier.L0) or not wants:
-        return []  # in GPU memory somewhere already: every option would be refused below
+        return []  # nothing wanted, or in GPU memory somewhere already: every option would be refused
     demand = OrderReason.DEMAND in set(map(_REASON, wants))
     if spec.id in cooling and not demand:
         return []

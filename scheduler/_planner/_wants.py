@@ -79,24 +79,6 @@ def _wants(
     return {m: w for m, w in wants.items() if w}
 
 
-def _forecast_wants(
-    spec: ModelSpec,
-    forecast: ModelForecast,
-    now: float,
-    config: PlannerConfig,
-    gains: Mapping[Tier, float],
-    cache: _WindowCache,
-) -> list[_Want]:
-    """One want per candidate window on the forecast's bucket grid (so a window keeps its order id).
-
-    A window is judged by its whole probability, but the model must be in place only at its *arrival*:
-    when ``arrival_quantile`` of that probability has passed, so that a surge at the end of a window
-    does not pull the prefetch to the window's start. See ``_forecast_wants_of``, which this is for one
-    model.
-    """
-    return _forecast_wants_of([(spec, forecast)], now, config, {spec.id: gains}, cache)[spec.id]
-
-
 def _forecast_wants_of(
     items: Sequence[tuple[ModelSpec, ModelForecast]],
     now: float,
@@ -104,7 +86,12 @@ def _forecast_wants_of(
     gains: Mapping[str, Mapping[Tier, float]],
     cache: _WindowCache,
 ) -> dict[str, list[_Want]]:
-    """``_forecast_wants`` of each model of ``items``, in their order.
+    """Per model of ``items``, in their order: one want per candidate window on its forecast's bucket
+    grid (so a window keeps its order id).
+
+    A window is judged by its whole probability, but the model must be in place only at its *arrival*:
+    when ``arrival_quantile`` of that probability has passed, so that a surge at the end of a window
+    does not pull the prefetch to the window's start.
 
     Forecasts change once per tick but a round runs on every hint, so a forecast's windows are kept
     between rounds (in ``cache``) under the start of their grid, the bucket that holds ``now``, and
@@ -165,7 +152,7 @@ def _forecast_wants_of(
 def _forecast_wants_afresh(
     spec: ModelSpec, forecast: ModelForecast, now: float, config: PlannerConfig, gains: Mapping[Tier, float]
 ) -> list[_Want]:
-    """``_forecast_wants`` with nothing kept: every window valued at ``now``."""
+    """One forecast's ``_forecast_wants_of`` with nothing kept: every window valued at ``now``."""
     grid = _grid(forecast, now, config)
     if grid is None:
         return []

@@ -39,7 +39,6 @@ from prewarm import (
 from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, PlannerMemo, plan, plan_detailed
 from scheduler._planner._value import _hop_times, _Valuer
 from scheduler._planner._wants import (
-    _forecast_wants,
     _forecast_wants_afresh,
     _forecast_wants_of,
     _Want,
@@ -334,9 +333,8 @@ def test_windows_kept_between_rounds_are_the_windows_valued_afresh(
     kept = _WindowCache()
     for offset in offsets:  # one forecast object over rounds at these times, in this order
         now = start + offset
-        assert _forecast_wants(model, forecast, now, config, gains, kept) == _forecast_wants_afresh(
-            model, forecast, now, config, gains
-        )
+        kept_wants = _forecast_wants_of([(model, forecast)], now, config, {"m": gains}, kept)["m"]
+        assert kept_wants == _forecast_wants_afresh(model, forecast, now, config, gains)
 
 
 @SETTINGS
