@@ -230,8 +230,8 @@ class _Round:
     keep_values: dict[tuple[str, Tier, tuple[float, ...]], float] = field(default_factory=dict)
     """What keeping a resident is worth, by (model, tier, the node's link rates): the same on every node
     alike, and, in an incremental round, kept from the last round for the models it does not touch."""
-    floors: dict[int, tuple[dict[Tier, float], dict[Tier, float]]] = field(default_factory=dict)
-    """``_placement._floors`` by model size: the same for every model of a size within a round."""
+    held_prices: dict[int, dict[Tier, float]] = field(default_factory=dict)
+    """``_placement._held_price`` by model size: the same for every model of a size within a round."""
     _classes: list[list[str]] | None = None
     _positions: dict[str, int] | None = None
 
@@ -251,10 +251,6 @@ class _Round:
         if self._positions is None:
             self._positions = {n: i for i, n in enumerate(self.books)}
         return self._positions[name]
-
-    def rate_nodes(self) -> list[NodeState]:
-        """One node of each set of link rates: what a bound over every node needs to look at."""
-        return [self.books[names[0]].node for names in self.classes()]
 
     def held(self, model: str, tier: Tier) -> bool:
         """Whether some node has ``model`` in ``tier`` or closer: requests go to the closest copy."""

@@ -71,19 +71,19 @@ def _best_candidate(
     # the nodes of a class (``_Round.classes``) that do not hold the model are valued once, and only
     # the few that hold it one by one. Node by node, this was most of a round at a hundred nodes.
     nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float] = {}
-    miss, price = _floors(rnd, spec)
+    price = _held_price(rnd, spec)
     holders = rnd.books.holders(spec.id)
     per_node: list[tuple[int, str, _Candidate]] = []  # (the node's place in the books, name, best)
     absent: list[tuple[_Candidate, list[str]]] = []
     for names in rnd.classes():
         rest = [n for n in names if n not in holders] if holders else names
         if rest:
-            best = _node_best(rnd, spec, ordered, rnd.books[rest[0]], Tier.L3, miss, price, nets, reach)
+            best = _node_best(rnd, spec, ordered, rnd.books[rest[0]], Tier.L3, price, nets, reach)
             if best is not None:
                 absent.append((best, rest))
     for name in holders:
         book = rnd.books[name]
-        best = _node_best(rnd, spec, ordered, book, book.closest(spec.id), miss, price, nets, reach)
+        best = _node_best(rnd, spec, ordered, book, book.closest(spec.id), price, nets, reach)
         if best is not None:
             per_node.append((rnd.position(name), name, best))
     if not per_node and not absent:
@@ -113,18 +113,21 @@ def _node_best(
     ordered: Sequence[_Want],
     book: _Book,
     frm: Tier,
-    miss: Mapping[Tier, float],
     price: Mapping[Tier, float],
     nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float],
     reach: _Reach,
 ) -> _Candidate | None:
     """The best option on ``book``'s node for a model held there in ``frm`` (L3: not held there)."""
+    valuer, node, penalty = rnd.valuer, book.node, rnd.config.miss_penalty
     tiers = [t for t in CACHE_TIERS if t.level < frm.level and book.can_hold(t, spec.size_bytes)]
-    saved = {t: rnd.valuer.saved(spec, book.node, frm, t) for t in tiers}
+    saved = {t: valuer.saved(spec, node, frm, t) for t in tiers}
+    # ``_Valuer.net`` less the lead's holding cost, computed as ``net`` computes it: no want's ``net``
+    # is above its figure, and where memory is free it is ``net``.
+    wasted = {t: valuer.wasted(spec, node, frm, t) if t.level < Tier.L2.level else 0.0 for t in tiers}
     if not reach.demand:
         # A tier that not even the likeliest, shortest want could pay for is worth no want: most
         # rarely used models, whose every window would otherwise be valued on the node that holds them.
-        tiers = [t for t in tiers if reach.may_pay(saved[t], miss[t], price[t])]
+        tiers = [t for t in tiers if reach.may_pay(saved[t], wasted[t], penalty, price[t])]
         if not tiers:
             return None
     best: _Candidate | None = None
@@ -133,7 +136,11 @@ def _node_best(
         if best is not None and not want.demand and want.t0 > best.want.t0:
             break
         for tier in tiers:
-            bound = want.p * saved[tier] - (1 - want.p) * miss[tier] - (want.t1 - want.t0) * price[tier]
+            bound = (
+                want.p * saved[tier]
+                - (1.0 - want.p) * wasted[tier] * penalty
+                - (want.t1 - want.t0) * price[tier]
+            )
             if bound <= 0 and not want.demand:
                 continue  # not worth it, whatever the exact figures
             key = (book.node.hop_rates, frm, tier, i)
@@ -163,33 +170,24 @@ class _Reach(NamedTuple):
     p: float
     held_s: float
 
-    def may_pay(self, saved: float, miss: float, price: float) -> bool:
-        """Whether some want could have ``p × saved − (1 − p) × miss − held × price > 0``: the figure
-        grows with ``p`` (``saved`` and ``miss`` are not negative) and, at a price that is not
-        negative, falls with the time held."""
+    def may_pay(self, saved: float, wasted: float, penalty: float, price: float) -> bool:
+        """Whether some want could have ``p × saved − (1 − p) × wasted × penalty − held × price > 0``
+        (``_node_best``'s bound, multiplied as ``_Valuer.net`` multiplies): the figure grows with ``p``
+        (``saved`` and ``wasted`` are not negative) and, at a price that is not negative, falls with
+        the time held."""
         if price < 0:
             return True
-        return self.p * saved - (1 - self.p) * miss - self.held_s * price > 0
+        return self.p * saved - (1.0 - self.p) * wasted * penalty - self.held_s * price > 0
 
 
-def _floors(rnd: _Round, spec: ModelSpec) -> tuple[dict[Tier, float], dict[Tier, float]]:
-    """Per tier, the least a wrong guess can cost (the last hop into the tier on the fastest node, plus
-    the cold start into L0, times ``miss_penalty``), and what holding the model costs per second: with
-    what a node's copy would save, an upper bound of ``_Valuer.net`` at a few products per want."""
-    config, valuer, size = rnd.config, rnd.valuer, spec.size_bytes
-    kept = rnd.floors.get(size)
-    if kept is not None:  # a function of the size alone within a round, and sizes repeat
-        return kept
-    nodes = rnd.rate_nodes()
-    miss: dict[Tier, float] = {}
-    for tier in CACHE_TIERS:
-        wasted = 0.0
-        if tier.level < Tier.L2.level:
-            hop = min((valuer.raw_lead(n, size, tier.farther(), tier) for n in nodes), default=0.0)
-            wasted = (hop + (config.cold_start_s if tier is Tier.L0 else 0.0)) * config.miss_penalty
-        miss[tier] = wasted
-    floors = rnd.floors[size] = (miss, {tier: size / 1e9 * config.price(tier) for tier in CACHE_TIERS})
-    return floors
+def _held_price(rnd: _Round, spec: ModelSpec) -> dict[Tier, float]:
+    """Per tier, what holding ``spec`` costs per second (a function of its size alone within a round,
+    and sizes repeat, so it is kept in ``_Round.held_prices``)."""
+    size = spec.size_bytes
+    kept = rnd.held_prices.get(size)
+    if kept is None:
+        kept = rnd.held_prices[size] = {tier: size / 1e9 * rnd.config.price(tier) for tier in CACHE_TIERS}
+    return kept
 
 
 def _tier_key(c: _Candidate) -> tuple[bool, float, float, int]:

@@ -113,14 +113,19 @@ class _Valuer:
         is then the same for a 2 GB and a 140 GB model. A resident already there (``move=False``)
         risks nothing.
         """
-        config = self.config
         benefit = want.p * self.saved(spec, node, frm, to)
         held = (want.t1 - want.t0) + self.lead(node, spec.size_bytes, frm, to)
-        cost = spec.size_bytes / 1e9 * held * config.price(to)
+        cost = spec.size_bytes / 1e9 * held * self.config.price(to)
         if move and to.level < Tier.L2.level:
-            wasted = self.raw_lead(node, spec.size_bytes, Tier.L2 if frm.level > 2 else frm, to)
-            cost += (1.0 - want.p) * (wasted + self._cold_start(to)) * config.miss_penalty
+            cost += (1.0 - want.p) * self.wasted(spec, node, frm, to) * self.config.miss_penalty
         return benefit - cost
+
+    def wasted(self, spec: ModelSpec, node: NodeState, frm: Tier, to: Tier) -> float:
+        """The seconds a wrong guess that moved ``spec`` from ``frm`` into L1/L0 (``to``) wasted, which
+        ``net`` charges ``miss_penalty`` times: the hops from the staged disk copy (it stays useful either
+        way), and the cold start into GPU memory."""
+        hops = self.raw_lead(node, spec.size_bytes, Tier.L2 if frm.level > 2 else frm, to)
+        return hops + self._cold_start(to)
 
     def keep_value(
         self, spec: ModelSpec, wants: Sequence[_Want], node: NodeState, tier: Tier, now: float
