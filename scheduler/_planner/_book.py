@@ -28,7 +28,7 @@ from prewarm import (
 from scheduler._cluster import ClusterState, NodeState
 from scheduler._planner._config import _INF, Placement, PlannerConfig, _Decision
 from scheduler._planner._value import _Valuer
-from scheduler._planner._wants import _Want
+from scheduler._planner._want import NO_WANTS, _Wants
 
 
 @dataclass
@@ -212,7 +212,7 @@ class _Round:
     now: float
     config: PlannerConfig
     catalog: Catalog
-    wants: Mapping[str, list[_Want]]
+    wants: Mapping[str, _Wants]
     gains: Mapping[str, Mapping[Tier, float]]
     """Per model, ``_Valuer.gains``: computed once per round, for forecast wants and ``_payers`` alike."""
     valuer: _Valuer
@@ -278,7 +278,7 @@ def _open_book(rnd: _Round, node: NodeState) -> _Book:
                 kept = rnd.keep_values.get(memo)
                 if kept is None:
                     kept = rnd.keep_values[memo] = rnd.valuer.keep_value(
-                        spec, wants.get(r.model, []), node, tier, now
+                        spec, wants.get(r.model, NO_WANTS), node, tier, now
                     )
                 value = kept
             # A copy of another version still takes bytes but never counts as holding the model.

@@ -18,6 +18,7 @@ from prewarm import CACHE_TIERS, Order, OrderAction, OrderReason, Tier
 from scheduler._cluster import ClusterState
 from scheduler._planner._book import _Book, _Entry, _make_room, _Round
 from scheduler._planner._config import PlannerConfig, _Decision
+from scheduler._planner._want import NO_WANTS
 
 
 def _cooldowns(cluster: ClusterState, now: float, config: PlannerConfig) -> set[str]:
@@ -112,7 +113,8 @@ def _demote_mispredictions(rnd: _Round, cluster: ClusterState, nodes: Collection
                     rnd.open_bets.add((name, r.model))
                     continue
                 # A hint or a waiting request that still covers now keeps it: that is not a misprediction.
-                if any(w.reason is not OrderReason.FORECAST and w.t0 <= now for w in wants.get(r.model, [])):
+                signals = wants.get(r.model, NO_WANTS).listed
+                if any(w.reason is not OrderReason.FORECAST and w.t0 <= now for w in signals):
                     continue
                 rnd.mispredictions.append((name, r.model))
                 _demote_one_tier(rnd, name, book, spec, tier, OrderReason.MISPREDICTION, key_time=since)
@@ -134,7 +136,7 @@ def _demote_one_tier(
         moves: list[tuple[str, Tier, Tier]] = []
         trial = book.copy()
         below = trial.held[lower].get(spec.id)
-        worth = rnd.valuer.keep_value(spec, rnd.wants.get(spec.id, []), book.node, lower, now)
+        worth = rnd.valuer.keep_value(spec, rnd.wants.get(spec.id, NO_WANTS), book.node, lower, now)
         if below is not None or _make_room(trial, lower, entry.bytes, worth, moves):
             action, at = OrderAction.DEMOTE, lower
             if below is None:
@@ -217,7 +219,7 @@ def _release_priced(
                 # A hint or a waiting request due before the next decision: as if it came this step.
                 signalled = [
                     _rate(w.p, step)
-                    for w in rnd.wants.get(entry.model, ())
+                    for w in rnd.wants.get(entry.model, NO_WANTS).listed
                     if w.reason is not OrderReason.FORECAST and w.t0 <= now + step
                 ]
                 hazard = max([_hazard(forecast, now, step), *signalled])

@@ -49,7 +49,8 @@ from scheduler._planner._config import Plan, PlannerConfig
 from scheduler._planner._eviction import _cooldowns, _demote_mispredictions, _release_priced
 from scheduler._planner._placement import _best_candidate, _Candidate, _Failure, _payers, _place_all
 from scheduler._planner._value import _Valuer
-from scheduler._planner._wants import _Want, _wants, _WindowCache
+from scheduler._planner._want import _Wants
+from scheduler._planner._wants import _wants, _WindowCache
 
 _MAX_TOUCHED = 256
 """More models touched at once than this: a full round costs about as much, and is always right."""
@@ -67,7 +68,7 @@ class _Kept:
     nodes: Mapping[str, NodeState]
     keys: Mapping[str, tuple[str, ...]]  # per node, the orders still out that its book booked
     opened: _Books  # the books as opened, before the round's own decisions
-    wants: Mapping[str, list[_Want]]
+    wants: Mapping[str, _Wants]
     gains: Mapping[str, Mapping[Tier, float]]
     valuer: _Valuer
     candidates: Mapping[str, list[_Candidate]]  # the models whose candidate was not empty

@@ -9,15 +9,14 @@ is deferred to a later round.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from models import ModelSpec
 from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier
 from scheduler._planner._book import _Book, _Entry, _make_room, _Round
 from scheduler._planner._config import _INF, Placement, _Decision
-from scheduler._planner._wants import _Want
+from scheduler._planner._want import _Reread, _Want, _Wants
 
 
 class _Candidate(NamedTuple):
@@ -32,41 +31,39 @@ class _Candidate(NamedTuple):
     not_before: float
 
 
-def _payers(spec: ModelSpec, wants: Sequence[_Want], rnd: _Round) -> list[_Want]:
+def _payers(spec: ModelSpec, wants: _Wants, rnd: _Round) -> _Wants:
     """The wants for which some tier on some node may be worth its cost: an upper bound, to prune.
 
     Benefit is at most the waiting saved from L3 on the slowest node; holding costs at least the window.
     Demand always pays; forecast wants were pruned by the same bound when they were made: only hints are
     bounded here.
     """
-    if OrderReason.HINT not in set(map(_REASON, wants)):
-        return list(wants)  # the common case: no hint to bound, no gains to compute
+    if not wants.signalled(OrderReason.HINT):
+        return wants  # the common case: no hint to bound, no gains to compute
     gains = rnd.gains[spec.id]
     gb = spec.size_bytes / 1e9
     prices = {tier: rnd.config.price(tier) for tier in CACHE_TIERS}
-    return [
-        w
-        for w in wants
-        if w.reason is not OrderReason.HINT
-        or any(w.p * gains[t] > (w.t1 - w.t0) * gb * prices[t] for t in CACHE_TIERS)
-    ]
+    return wants.listing(
+        [
+            w
+            for w in wants.listed
+            if w.reason is not OrderReason.HINT
+            or any(w.p * gains[t] > (w.t1 - w.t0) * gb * prices[t] for t in CACHE_TIERS)
+        ]
+    )
 
 
-def _best_candidate(
-    rnd: _Round, spec: ModelSpec, wants: Sequence[_Want], cooling: set[str]
-) -> list[_Candidate]:
+def _best_candidate(rnd: _Round, spec: ModelSpec, wants: _Wants, cooling: set[str]) -> list[_Candidate]:
     """The tier and want to act on for ``spec``, one option per equally good node; none: nothing to do."""
     if rnd.held(spec.id, Tier.L0) or not wants:
         return []  # nothing wanted, or in GPU memory somewhere already: every option would be refused
-    demand = OrderReason.DEMAND in set(map(_REASON, wants))
+    demand = wants.signalled(OrderReason.DEMAND)
     if spec.id in cooling and not demand:
         return []
-    # Waiting requests first, then by time: sorting by (not demand, t0), with C-level keys (a round
-    # sorts every model's wants, tens of them each).
-    ordered = sorted(wants, key=_T0)
-    if demand:
-        ordered = [w for w in ordered if w.demand] + [w for w in ordered if not w.demand]
-    reach = _Reach(demand, max(map(_P, wants)), min(map(operator.sub, map(_T1, wants), map(_T0, wants))))
+    # Waiting requests first, then by time, made as far as the nodes read them (most read only the
+    # soonest few of a model's tens of wants).
+    ordered = _Reread(wants.by_time(demand_first=demand))
+    reach = _Reach(demand, *wants.reach())
     # A node's best option depends only on its link rates, its capacities and where the model is there:
     # the nodes of a class (``_Round.classes``) that do not hold the model are valued once, and only
     # the few that hold it one by one. Node by node, this was most of a round at a hundred nodes.
@@ -110,7 +107,7 @@ def _best_candidate(
 def _node_best(
     rnd: _Round,
     spec: ModelSpec,
-    ordered: Sequence[_Want],
+    ordered: Iterable[_Want],
     book: _Book,
     frm: Tier,
     price: Mapping[Tier, float],
@@ -157,9 +154,6 @@ def _node_best(
             if best is None or _tier_key(cand) > _tier_key(best):
                 best = cand
     return best
-
-
-_REASON, _P, _T0, _T1 = (operator.attrgetter(f) for f in ("reason", "p", "t0", "t1"))
 
 
 class _Reach(NamedTuple):

@@ -16,7 +16,7 @@ from models import ModelSpec
 from prewarm import CACHE_TIERS, Tier
 from scheduler._cluster import NodeState
 from scheduler._planner._config import _INF, PlannerConfig
-from scheduler._planner._wants import _Want
+from scheduler._planner._want import _Want, _Wants
 
 _HopTimes = Callable[[tuple[float, ...], float, int, int, int], float]
 """``_hops_s`` behind a memo: (rates, overhead, size, from level, to level) -> seconds."""
@@ -127,16 +127,14 @@ class _Valuer:
         hops = self.raw_lead(node, spec.size_bytes, Tier.L2 if frm.level > 2 else frm, to)
         return hops + self._cold_start(to)
 
-    def keep_value(
-        self, spec: ModelSpec, wants: Sequence[_Want], node: NodeState, tier: Tier, now: float
-    ) -> float:
+    def keep_value(self, spec: ModelSpec, wants: _Wants, node: NodeState, tier: Tier, now: float) -> float:
         """What holding a resident in ``tier`` over the coming window is worth (0 with no signal)."""
         soon = now + self.config.window_s
-        current = [w for w in wants if w.t0 <= soon]
+        if wants.demanded_by(soon):
+            return _INF
+        current = wants.chances_until(soon)
         if not current:
             return 0.0
-        if any(w.demand for w in current):
-            return _INF
         # ``net(..., move=False)`` of each want, with what does not depend on the want computed once
         # (a round values every resident: this was a fifth of a round at 10,000 models).
         frm = tier.farther()
@@ -145,6 +143,6 @@ class _Valuer:
         per_s = spec.size_bytes / 1e9
         price = self.config.price(tier)
         best = 0.0
-        for want in current:
-            best = max(best, want.p * saved - per_s * ((want.t1 - want.t0) + lead) * price)
+        for p, held in current:
+            best = max(best, p * saved - per_s * (held + lead) * price)
         return best

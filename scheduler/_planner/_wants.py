@@ -8,13 +8,11 @@ every hint, so a forecast's windows are kept between rounds in a ``_WindowCache`
 
 from __future__ import annotations
 
-import bisect
-import functools
 import itertools
 import math
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,20 +21,7 @@ from forecaster import ModelForecast
 from models import Catalog, ModelSpec
 from prewarm import CACHE_TIERS, DEMAND_SOURCE, Hint, OrderReason, Tier
 from scheduler._planner._config import _INF, PlannerConfig
-
-
-class _Want(NamedTuple):
-    """A model is wanted from ``t0`` to ``t1`` with probability ``p``. (A tuple: a round makes tens of
-    thousands, and a frozen dataclass took a third of the round to build them.)"""
-
-    model: str
-    p: float
-    t0: float
-    t1: float
-    reason: OrderReason
-    demand: bool
-    key_time: float  # what the order id is bucketed by: stable across rounds for the same reason
-
+from scheduler._planner._want import _Columns, _ForecastWants, _Tail, _Want, _Wants
 
 _Grid = tuple[float, float, int]
 """First start, step and number of a forecast's candidate windows."""
@@ -52,9 +37,9 @@ def _wants(
     config: PlannerConfig,
     gains: Mapping[str, Mapping[Tier, float]],
     windows: _WindowCache,
-) -> dict[str, list[_Want]]:
+) -> dict[str, _Wants]:
     """Every signal that a catalog model will be wanted; anything about other models is ignored."""
-    wants: dict[str, list[_Want]] = {}
+    signals: dict[str, list[_Want]] = {}
     for hint in hints:
         if hint.model not in catalog:
             continue
@@ -62,7 +47,7 @@ def _wants(
         if expires <= now:
             continue
         demand = hint.source == DEMAND_SOURCE
-        wants.setdefault(hint.model, []).append(
+        signals.setdefault(hint.model, []).append(
             _Want(
                 model=hint.model,
                 p=hint.confidence,
@@ -74,8 +59,10 @@ def _wants(
             )
         )
     known = [(spec, f) for m, f in forecasts.items() if (spec := catalog.get(m)) is not None]
+    wants = {m: _Wants(listed) for m, listed in signals.items()}
     for model, found in _forecast_wants_of(known, now, config, gains, windows).items():
-        wants.setdefault(model, []).extend(found)
+        listed = signals.get(model)
+        wants[model] = found if listed is None else _Wants([*listed, *found.listed], found.forecast)
     return {m: w for m, w in wants.items() if w}
 
 
@@ -85,7 +72,7 @@ def _forecast_wants_of(
     config: PlannerConfig,
     gains: Mapping[str, Mapping[Tier, float]],
     cache: _WindowCache,
-) -> dict[str, list[_Want]]:
+) -> dict[str, _Wants]:
     """Per model of ``items``, in their order: one want per candidate window on its forecast's bucket
     grid (so a window keeps its order id).
 
@@ -134,17 +121,17 @@ def _forecast_wants_of(
         for (spec, forecast, key), windows in zip(batch, made, strict=True):
             cache.put(forecast, key, windows)
             kept[spec.id] = (grid[2], windows)
-    out: dict[str, list[_Want]] = {}
+    out: dict[str, _Wants] = {}
     for spec, forecast in items:
         if spec.id not in kept:
-            out[spec.id] = []
+            out[spec.id] = _Wants([])
             continue
         count, windows = kept[spec.id]
         wants = windows.at(now, count, spec, forecast, config, gains[spec.id])
         out[spec.id] = (
-            wants
+            _Wants([], wants)
             if wants is not None
-            else _forecast_wants_afresh(spec, forecast, now, config, gains[spec.id])
+            else _Wants(_forecast_wants_afresh(spec, forecast, now, config, gains[spec.id]))
         )
     return out
 
@@ -278,44 +265,21 @@ def _value_batch(
     np.put_along_axis(keep, order, first_of, axis=1)
     at_row, at_col = np.nonzero(keep)
     cols = at_col + 1
-    ids = np.array([spec.id for spec, _ in items], dtype=object)[at_row].tolist()
-    arrivals = arrival[at_row, cols].tolist()
-    made = list(
-        map(
-            _new_want,
-            zip(
-                ids,
-                p[at_row, cols].tolist(),
-                arrivals,
-                (t0s[cols] + config.window_s).tolist(),
-                itertools.repeat(OrderReason.FORECAST),
-                itertools.repeat(False),
-                arrivals,
-                strict=False,
-            ),
-        )
+    ends = t0s[cols] + config.window_s
+    arrivals = arrival[at_row, cols]
+    columns = _Columns.of(
+        p[at_row, cols].tolist(), arrivals.tolist(), ends.tolist(), (ends - arrivals).tolist(), cols.tolist()
     )
     bounds = np.concatenate(([0], np.cumsum(np.bincount(at_row, minlength=len(items))))).tolist()
-    starts, windows = t0s.tolist(), cols.tolist()
+    starts = t0s.tolist()
     p0, a0, u0 = p[:, 0].tolist(), arrival[:, 0].tolist(), useful[:, 0].tolist()
     t1 = starts[0] + config.window_s
-    return [
-        _Windows(
-            starts,
-            p0[r],
-            a0[r],
-            int(i0[0]),
-            _Want(spec.id, p0[r], a0[r], t1, OrderReason.FORECAST, False, a0[r]) if u0[r] else None,
-            windows[bounds[r] : bounds[r + 1]],
-            made[bounds[r] : bounds[r + 1]],
-        )
-        for r, (spec, _) in enumerate(items)
-    ]
-
-
-_new_want = functools.partial(tuple.__new__, _Want)
-"""``_Want`` from a tuple of its fields, without the class's Python-level ``__new__`` (a round makes
-hundreds of thousands)."""
+    out = []
+    for r, (spec, _) in enumerate(items):
+        kept = _Tail(spec.id, columns, bounds[r], bounds[r + 1])
+        head = _Want(spec.id, p0[r], a0[r], t1, OrderReason.FORECAST, False, a0[r]) if u0[r] else None
+        out.append(_Windows(starts, p0[r], a0[r], int(i0[0]), head, kept))
+    return out
 
 
 class _Windows:
@@ -326,24 +290,16 @@ class _Windows:
     it then keeps its first bucket, so its probability, and its arrival becomes ``max(now, arrival)``.
     Where float rounding breaks either premise, ``at`` says so and the caller values them afresh.
     ``head``: the first window's want (None: not worth one); ``tail``: those of the others, one per
-    arrival, with the windows they are of (``tail_windows``).
+    arrival, with the windows they are of.
     """
 
     def __init__(
-        self,
-        t0s: list[float],
-        p: float,
-        arrival: float,
-        first_bucket: int,
-        head: _Want | None,
-        tail_windows: list[int],
-        tail: list[_Want],
+        self, t0s: list[float], p: float, arrival: float, first_bucket: int, head: _Want | None, tail: _Tail
     ) -> None:
         self.count = len(t0s)
         self._t0s = t0s
         self._p, self._arrival, self._first_bucket = p, arrival, first_bucket
         self._head = head
-        self._tail_windows = tail_windows
         self._tail = tail
 
     @classmethod
@@ -362,7 +318,8 @@ class _Windows:
         p, arrival, useful, first_buckets = values
         head = _window_want(spec, p[0], arrival[0], t0s[0] + config.window_s, useful[0])
         tail = _window_wants(spec, t0s, values, config.window_s, start=1)
-        return cls(t0s, p[0], arrival[0], first_buckets[0], head, [i for i, _ in tail], [w for _, w in tail])
+        made = _Tail.of(spec.id, [w for _, w in tail], [i for i, _ in tail])
+        return cls(t0s, p[0], arrival[0], first_buckets[0], head, made)
 
     def at(
         self,
@@ -372,7 +329,7 @@ class _Windows:
         forecast: ModelForecast,
         config: PlannerConfig,
         gains: Mapping[Tier, float],
-    ) -> list[_Want] | None:
+    ) -> _ForecastWants | None:
         """The wants of the first ``count`` windows at ``now``; None where they cannot be derived."""
         head = self._head
         t0 = self._t0s[0]
@@ -388,17 +345,12 @@ class _Windows:
                 head = _window_want(
                     spec, p, arrival, t1, _pays(p, arrival, t1, spec.size_bytes, config, gains)
                 )
-        cut = bisect.bisect_left(self._tail_windows, count)
-        tail = self._tail[:cut]
-        if head is None:
-            return tail
+        tail = self._tail
+        cut = tail.cut(count)
         # A later window arriving at the same time adds nothing. Only one of a window that starts no
         # earlier than the second can arrive then.
-        if count > 1 and head.t0 >= self._t0s[1]:
-            twin = next((i for i, w in enumerate(tail) if w.t0 == head.t0), None)
-            if twin is not None:
-                del tail[twin]
-        return [head, *tail]
+        twin = tail.find(head.t0, cut) if head is not None and count > 1 and head.t0 >= self._t0s[1] else -1
+        return _ForecastWants(head, tail, cut, twin)
 
 
 class _WindowCache:

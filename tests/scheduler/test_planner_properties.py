@@ -38,10 +38,10 @@ from prewarm import (
 )
 from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, PlannerMemo, plan, plan_detailed
 from scheduler._planner._value import _hop_times, _Valuer
+from scheduler._planner._want import _Want, _Wants
 from scheduler._planner._wants import (
     _forecast_wants_afresh,
     _forecast_wants_of,
-    _Want,
     _WindowCache,
 )
 
@@ -334,7 +334,35 @@ def test_windows_kept_between_rounds_are_the_windows_valued_afresh(
     for offset in offsets:  # one forecast object over rounds at these times, in this order
         now = start + offset
         kept_wants = _forecast_wants_of([(model, forecast)], now, config, {"m": gains}, kept)["m"]
-        assert kept_wants == _forecast_wants_afresh(model, forecast, now, config, gains)
+        afresh = _forecast_wants_afresh(model, forecast, now, config, gains)
+        assert list(kept_wants) == afresh
+        reads_as_the_list(kept_wants, afresh, now, window)
+
+
+def reads_as_the_list(wants: _Wants, forecast_wants: list[_Want], now: float, window_s: float) -> None:
+    """A model's wants, made as far as each reader goes, read as the list of every want would: with a
+    hint and a waiting request added, one of them at the soonest forecast want's time (ties)."""
+    soonest = min((w.t0 for w in forecast_wants), default=now)
+    signals = [
+        _Want("m", 0.8, soonest, soonest + 300.0, OrderReason.HINT, False, soonest),
+        _Want("m", 1.0, now + 5.0, now + 65.0, OrderReason.DEMAND, True, now + 5.0),
+    ]
+    for listed in ([], signals):
+        mixed = wants.listing([*listed, *wants.listed])
+        every = [*listed, *forecast_wants]
+        by_time = sorted(every, key=lambda w: w.t0)
+        assert list(mixed) == every
+        assert len(mixed) == len(every)
+        assert list(mixed.by_time()) == by_time
+        assert list(mixed.by_time(demand_first=True)) == [w for w in by_time if w.demand] + [
+            w for w in by_time if not w.demand
+        ]
+        if every:
+            assert mixed.reach() == (max(w.p for w in every), min(w.t1 - w.t0 for w in every))
+        for t in (now, now + window_s, math.inf):
+            begun = [w for w in every if w.t0 <= t]
+            assert sorted(mixed.chances_until(t)) == sorted((w.p, w.t1 - w.t0) for w in begun)
+            assert mixed.demanded_by(t) == any(w.demand for w in begun)
 
 
 @SETTINGS
@@ -372,7 +400,9 @@ def test_windows_valued_in_one_batch_are_each_forecasts_windows_valued_alone(
     together = _forecast_wants_of(items, now, config, gains, _WindowCache())
     assert list(together) == [s.id for s, _ in items]
     for model, forecast in items:
-        assert together[model.id] == _forecast_wants_afresh(model, forecast, now, config, gains[model.id])
+        alone = _forecast_wants_afresh(model, forecast, now, config, gains[model.id])
+        assert list(together[model.id]) == alone
+        reads_as_the_list(together[model.id], alone, now, config.window_s)
 
 
 REASONS = {True: OrderReason.DEMAND, False: OrderReason.FORECAST}
@@ -402,4 +432,4 @@ def test_what_keeping_a_resident_is_worth_is_its_best_current_want_net_of_its_co
         if any(w.demand for w in current)
         else max([0.0, *(valuer.net(model, w, node, tier.farther(), tier, move=False) for w in current)])
     )
-    assert valuer.keep_value(model, wants, node, tier, NOW) == expected
+    assert valuer.keep_value(model, _Wants(wants), node, tier, NOW) == expected
