@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from models import ModelSpec
 from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier
+from scheduler._cluster import NodeState
 from scheduler._planner._book import _Book, _Entry, _make_room, _Round
 from scheduler._planner._config import _INF, Placement, _Decision
 from scheduler._planner._want import _Reread, _Want, _Wants
@@ -115,12 +116,9 @@ def _node_best(
     reach: _Reach,
 ) -> _Candidate | None:
     """The best option on ``book``'s node for a model held there in ``frm`` (L3: not held there)."""
-    valuer, node, penalty = rnd.valuer, book.node, rnd.config.miss_penalty
-    tiers = [t for t in CACHE_TIERS if t.level < frm.level and book.can_hold(t, spec.size_bytes)]
-    saved = {t: valuer.saved(spec, node, frm, t) for t in tiers}
-    # ``_Valuer.net`` less the lead's holding cost, computed as ``net`` computes it: no want's ``net``
-    # is above its figure, and where memory is free it is ``net``.
-    wasted = {t: valuer.wasted(spec, node, frm, t) if t.level < Tier.L2.level else 0.0 for t in tiers}
+    penalty = rnd.config.miss_penalty
+    saved, wasted = _tier_figures(rnd, spec, book.node, frm)
+    tiers = [t for t in saved if book.can_hold(t, spec.size_bytes)]
     if not reach.demand:
         # A tier that not even the likeliest, shortest want could pay for is worth no want: most
         # rarely used models, whose every window would otherwise be valued on the node that holds them.
@@ -172,6 +170,26 @@ class _Reach(NamedTuple):
         if price < 0:
             return True
         return self.p * saved - (1.0 - self.p) * wasted * penalty - self.held_s * price > 0
+
+
+def _tier_figures(
+    rnd: _Round, spec: ModelSpec, node: NodeState, frm: Tier
+) -> tuple[dict[Tier, float], dict[Tier, float]]:
+    """Per tier closer than ``frm``, what a copy there saves a request on ``node`` (``_Valuer.saved``)
+    and what a wrong guess that moved it there wastes (``_Valuer.wasted``, none into the disk): with them,
+    ``_node_best`` bounds ``_Valuer.net`` as ``net`` computes it, and where memory is free, is it. They
+    depend on the node's link rates, the model's size and its weight alone, which repeat: kept in
+    ``_Round.tier_figures``."""
+    valuer = rnd.valuer
+    key = (node.hop_rates, frm, spec.size_bytes, valuer.weight(spec))
+    kept = rnd.tier_figures.get(key)
+    if kept is None:
+        tiers = [t for t in CACHE_TIERS if t.level < frm.level]
+        kept = rnd.tier_figures[key] = (
+            {t: valuer.saved(spec, node, frm, t) for t in tiers},
+            {t: valuer.wasted(spec, node, frm, t) if t.level < Tier.L2.level else 0.0 for t in tiers},
+        )
+    return kept
 
 
 def _held_price(rnd: _Round, spec: ModelSpec) -> dict[Tier, float]:

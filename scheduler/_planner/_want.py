@@ -48,6 +48,7 @@ class _Columns(NamedTuple):
     t1: array.array[float]
     held: array.array[float]  # ``t1 - t0``, the float a want's fields give
     windows: array.array[int]
+    begins: array.array[float]  # when the window begins (``t0`` is when its arrival is, no sooner)
 
     @classmethod
     def of(
@@ -57,6 +58,7 @@ class _Columns(NamedTuple):
         t1: Iterable[float],
         held: Iterable[float],
         windows: Iterable[int],
+        begins: Iterable[float],
     ) -> _Columns:
         return cls(
             array.array("d", p),
@@ -64,6 +66,7 @@ class _Columns(NamedTuple):
             array.array("d", t1),
             array.array("d", held),
             array.array("q", windows),
+            array.array("d", begins),
         )
 
 
@@ -80,14 +83,16 @@ class _Tail:
         self._by_time: list[int] | None = None
 
     @classmethod
-    def of(cls, model: str, wants: Sequence[_Want], windows: list[int]) -> _Tail:
-        """The rows of ``model``'s forecast ``wants``, of the windows ``windows``."""
+    def of(cls, model: str, wants: Sequence[_Want], windows: list[int], begins: list[float]) -> _Tail:
+        """The rows of ``model``'s forecast ``wants``, of the windows ``windows`` (which begin at
+        ``begins``)."""
         columns = _Columns.of(
             [w.p for w in wants],
             [w.t0 for w in wants],
             [w.t1 for w in wants],
             [w.t1 - w.t0 for w in wants],
             windows,
+            begins,
         )
         return cls(model, columns, 0, len(wants))
 
@@ -131,7 +136,7 @@ class _Tail:
     def by_time(self) -> list[int]:
         """The rows by ``t0``, ties in window order (as a stable sort of the wants by ``t0``)."""
         if self._by_time is None:
-            self._by_time = sorted(range(len(self)), key=self.t0)
+            self._by_time = sorted(range(len(self)), key=self.columns.t0[self.lo : self.hi].__getitem__)
         return self._by_time
 
 
@@ -191,15 +196,15 @@ class _ForecastWants:
 
     def chances_until(self, t: float) -> Iterator[tuple[float, float]]:
         """``_Wants.chances_until``'s of these."""
-        head, tail, cut, twin = self.head, self.tail, self.cut, self.twin
+        head, tail, twin = self.head, self.tail, self.twin
         if head is not None and head.t0 <= t:
             yield head.p, head.t1 - head.t0
-        lo, (p, t0, _, held, _) = tail.lo, tail.columns
-        for i in tail.by_time():
-            k = lo + i
-            if t0[k] > t:
+        lo, (p, t0, _, held, _, begins) = tail.lo, tail.columns
+        twin += lo if twin >= 0 else 0
+        for k in range(lo, lo + self.cut):  # in window order: once a window begins after t, all do
+            if begins[k] > t:
                 return
-            if i < cut and i != twin:
+            if t0[k] <= t and k != twin:
                 yield p[k], held[k]
 
 

@@ -8,6 +8,7 @@ every hint, so a forecast's windows are kept between rounds in a ``_WindowCache`
 
 from __future__ import annotations
 
+import array
 import itertools
 import math
 import weakref
@@ -265,10 +266,16 @@ def _value_batch(
     np.put_along_axis(keep, order, first_of, axis=1)
     at_row, at_col = np.nonzero(keep)
     cols = at_col + 1
-    ends = t0s[cols] + config.window_s
+    begins = t0s[cols]
+    ends = begins + config.window_s
     arrivals = arrival[at_row, cols]
-    columns = _Columns.of(
-        p[at_row, cols].tolist(), arrivals.tolist(), ends.tolist(), (ends - arrivals).tolist(), cols.tolist()
+    columns = _Columns(
+        p=_doubles(p[at_row, cols]),
+        t0=_doubles(arrivals),
+        t1=_doubles(ends),
+        held=_doubles(ends - arrivals),  # a want's ``t1 - t0``: the same float
+        windows=array.array("q", cols.astype(np.int64).tobytes()),
+        begins=_doubles(begins),
     )
     bounds = np.concatenate(([0], np.cumsum(np.bincount(at_row, minlength=len(items))))).tolist()
     starts = t0s.tolist()
@@ -280,6 +287,10 @@ def _value_batch(
         head = _Want(spec.id, p0[r], a0[r], t1, OrderReason.FORECAST, False, a0[r]) if u0[r] else None
         out.append(_Windows(starts, p0[r], a0[r], int(i0[0]), head, kept))
     return out
+
+
+def _doubles(values: npt.NDArray[np.floating[Any]]) -> array.array[float]:
+    return array.array("d", values.astype(np.float64).tobytes())
 
 
 class _Windows:
@@ -318,7 +329,7 @@ class _Windows:
         p, arrival, useful, first_buckets = values
         head = _window_want(spec, p[0], arrival[0], t0s[0] + config.window_s, useful[0])
         tail = _window_wants(spec, t0s, values, config.window_s, start=1)
-        made = _Tail.of(spec.id, [w for _, w in tail], [i for i, _ in tail])
+        made = _Tail.of(spec.id, [w for _, w in tail], [i for i, _ in tail], [t0s[i] for i, _ in tail])
         return cls(t0s, p[0], arrival[0], first_buckets[0], head, made)
 
     def at(
