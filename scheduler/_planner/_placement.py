@@ -72,18 +72,26 @@ def _best_candidate(rnd: _Round, spec: ModelSpec, wants: _Wants, cooling: set[st
     price = _held_price(rnd, spec)
     holders = rnd.books.holders(spec.id)
     per_node: list[tuple[int, str, _Candidate]] = []  # (the node's place in the books, name, best)
-    absent: list[tuple[_Candidate, list[str]]] = []
-    for names in rnd.classes():
-        rest = [n for n in names if n not in holders] if holders else names
-        if rest:
-            best = _node_best(rnd, spec, ordered, rnd.books[rest[0]], Tier.L3, price, nets, reach)
-            if best is not None:
-                absent.append((best, rest))
     for name in holders:
         book = rnd.books[name]
-        best = _node_best(rnd, spec, ordered, book, book.closest(spec.id), price, nets, reach)
+        frm = book.closest(spec.id)
+        tiers = _open_tiers(rnd, spec, book, frm, price, reach)
+        best = _node_best(rnd, spec, ordered, book, frm, tiers, price, nets) if tiers else None
         if best is not None:
             per_node.append((rnd.position(name), name, best))
+    absent: list[tuple[_Candidate, list[str]]] = []
+    if not per_node:  # a node that holds the model closer than L3 wins over every one that does not
+        classes = [
+            (rest, _open_tiers(rnd, spec, rnd.books[rest[0]], Tier.L3, price, reach))
+            for names in rnd.classes()
+            if (rest := [n for n in names if n not in holders] if holders else names)
+        ]
+        if all(rnd.held(spec.id, t) for _, tiers in classes for t in tiers):
+            return []  # whatever their best, it is a tier some node holds the model in already
+        for rest, tiers in classes:
+            best = _node_best(rnd, spec, ordered, rnd.books[rest[0]], Tier.L3, tiers, price, nets)
+            if best is not None:
+                absent.append((best, rest))
     if not per_node and not absent:
         return []
     # A node that already holds the model closer wins (fewer hops), then value; among the nodes left,
@@ -111,20 +119,14 @@ def _node_best(
     ordered: Iterable[_Want],
     book: _Book,
     frm: Tier,
+    tiers: Sequence[Tier],
     price: Mapping[Tier, float],
     nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float],
-    reach: _Reach,
 ) -> _Candidate | None:
-    """The best option on ``book``'s node for a model held there in ``frm`` (L3: not held there)."""
+    """The best option on ``book``'s node for a model held there in ``frm`` (L3: not held there), into
+    one of ``tiers`` (``_open_tiers``)."""
     penalty = rnd.config.miss_penalty
     saved, wasted = _tier_figures(rnd, spec, book.node, frm)
-    tiers = [t for t in saved if book.can_hold(t, spec.size_bytes)]
-    if not reach.demand:
-        # A tier that not even the likeliest, shortest want could pay for is worth no want: most
-        # rarely used models, whose every window would otherwise be valued on the node that holds them.
-        tiers = [t for t in tiers if reach.may_pay(saved[t], wasted[t], penalty, price[t])]
-        if not tiers:
-            return None
     best: _Candidate | None = None
     for i, want in enumerate(ordered):
         # The soonest want with any worthwhile tier wins (_tier_key): later ones need not be valued.
@@ -152,6 +154,20 @@ def _node_best(
             if best is None or _tier_key(cand) > _tier_key(best):
                 best = cand
     return best
+
+
+def _open_tiers(
+    rnd: _Round, spec: ModelSpec, book: _Book, frm: Tier, price: Mapping[Tier, float], reach: _Reach
+) -> list[Tier]:
+    """The tiers closer than ``frm`` that ``book``'s node can hold ``spec`` in and that some want may pay
+    for: a tier that not even the likeliest, shortest want could pay for is worth no want (most rarely
+    used models, whose every window would otherwise be valued on each node)."""
+    saved, wasted = _tier_figures(rnd, spec, book.node, frm)
+    tiers = [t for t in saved if book.can_hold(t, spec.size_bytes)]
+    if reach.demand:
+        return tiers
+    penalty = rnd.config.miss_penalty
+    return [t for t in tiers if reach.may_pay(saved[t], wasted[t], penalty, price[t])]
 
 
 class _Reach(NamedTuple):

@@ -62,6 +62,10 @@ class _Valuer:
         self.config = config
         self._hops = hops
         self._weights = weights or {}
+        # Figures that depend on the link rates, the size and the weight alone, which repeat across
+        # models: by those and what else they take (a round asks for one per model or per resident).
+        self._gains: dict[tuple[object, ...], dict[Tier, float]] = {}
+        self._keeps: dict[tuple[object, ...], tuple[float, float]] = {}
 
     def weight(self, spec: ModelSpec) -> float:
         """What one second ``spec``'s requests wait, or one of its cold starts, weighs."""
@@ -79,16 +83,20 @@ class _Valuer:
 
     def gains(self, spec: ModelSpec, nodes: Sequence[NodeState]) -> dict[Tier, float]:
         """Per tier, the most a certain request could be worth: waiting saved from L3 on the slowest node,
-        and in L0 the cold start itself."""
+        and in L0 the cold start itself. (The same dict for models alike: not to be changed.)"""
         weight = self.weight(spec)
-        return {
-            tier: weight
-            * (
-                max((self.raw_lead(n, spec.size_bytes, Tier.L3, tier) for n in nodes), default=0.0)
-                + self._cold_start(tier)
-            )
-            for tier in CACHE_TIERS
-        }
+        key = (spec.size_bytes, weight, *(n.hop_rates for n in nodes))
+        gains = self._gains.get(key)
+        if gains is None:
+            gains = self._gains[key] = {
+                tier: weight
+                * (
+                    max((self.raw_lead(n, spec.size_bytes, Tier.L3, tier) for n in nodes), default=0.0)
+                    + self._cold_start(tier)
+                )
+                for tier in CACHE_TIERS
+            }
+        return gains
 
     def saved(self, spec: ModelSpec, node: NodeState, frm: Tier, to: Tier) -> float:
         """Weighted seconds a request saves by finding ``spec`` in ``to`` rather than in ``frm``: the
@@ -136,10 +144,16 @@ class _Valuer:
         if not current:
             return 0.0
         # ``net(..., move=False)`` of each want, with what does not depend on the want computed once
-        # (a round values every resident: this was a fifth of a round at 10,000 models).
-        frm = tier.farther()
-        saved = self.saved(spec, node, frm, tier)
-        lead = self.lead(node, spec.size_bytes, frm, tier)
+        # per model alike (a round values every resident: this was a fifth of a round at 10,000 models).
+        key = (node.hop_rates, tier, spec.size_bytes, self.weight(spec))
+        figures = self._keeps.get(key)
+        if figures is None:
+            frm = tier.farther()
+            figures = self._keeps[key] = (
+                self.saved(spec, node, frm, tier),
+                self.lead(node, spec.size_bytes, frm, tier),
+            )
+        saved, lead = figures
         per_s = spec.size_bytes / 1e9
         price = self.config.price(tier)
         best = 0.0
