@@ -81,17 +81,18 @@ def _best_candidate(rnd: _Round, spec: ModelSpec, wants: _Wants, cooling: set[st
             per_node.append((rnd.position(name), name, best))
     absent: list[tuple[_Candidate, list[str]]] = []
     if not per_node:  # a node that holds the model closer than L3 wins over every one that does not
+        # Each class by one of its nodes that does not hold the model (holders are few).
         classes = [
-            (rest, _open_tiers(rnd, spec, rnd.books[rest[0]], Tier.L3, price, reach))
+            (names, one, _open_tiers(rnd, spec, rnd.books[one], Tier.L3, price, reach))
             for names in rnd.classes()
-            if (rest := [n for n in names if n not in holders] if holders else names)
+            if (one := next((n for n in names if n not in holders), None)) is not None
         ]
-        if all(rnd.held(spec.id, t) for _, tiers in classes for t in tiers):
+        if all(rnd.held(spec.id, t) for _, _, tiers in classes for t in tiers):
             return []  # whatever their best, it is a tier some node holds the model in already
-        for rest, tiers in classes:
-            best = _node_best(rnd, spec, ordered, rnd.books[rest[0]], Tier.L3, tiers, price, nets)
+        for names, one, tiers in classes:
+            best = _node_best(rnd, spec, ordered, rnd.books[one], Tier.L3, tiers, price, nets)
             if best is not None:
-                absent.append((best, rest))
+                absent.append((best, [n for n in names if n not in holders] if holders else names))
     if not per_node and not absent:
         return []
     # A node that already holds the model closer wins (fewer hops), then value; among the nodes left,

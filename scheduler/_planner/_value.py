@@ -65,11 +65,15 @@ class _Valuer:
         # Figures that depend on the link rates, the size and the weight alone, which repeat across
         # models: by those and what else they take (a round asks for one per model or per resident).
         self._gains: dict[tuple[object, ...], dict[Tier, float]] = {}
+        self._weight: dict[str, float] = {}
         self._keeps: dict[tuple[object, ...], tuple[float, float]] = {}
 
     def weight(self, spec: ModelSpec) -> float:
         """What one second ``spec``'s requests wait, or one of its cold starts, weighs."""
-        return spec.priority.weight * self._weights.get(spec.id, 1.0)
+        weight = self._weight.get(spec.id)
+        if weight is None:
+            weight = self._weight[spec.id] = spec.priority.weight * self._weights.get(spec.id, 1.0)
+        return weight
 
     def raw_lead(self, node: NodeState, size: int, frm: Tier, to: Tier) -> float:
         """Seconds to move ``size`` bytes from tier ``frm`` to the closer tier ``to``."""

@@ -382,6 +382,10 @@ class _WindowCache:
 
     def put(self, forecast: ModelForecast, key: tuple[object, ...], windows: _Windows) -> None:
         fid = id(forecast)
+        entry = self._entries.get(fid)
+        if entry is not None and entry[0]() is forecast:  # the same forecast at a later bucket
+            self._entries[fid] = (entry[0], key, windows)
+            return
 
         def forget(ref: weakref.ref[ModelForecast]) -> None:
             entry = self._entries.get(fid)
