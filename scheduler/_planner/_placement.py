@@ -17,7 +17,7 @@ from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier
 from scheduler._cluster import NodeState
 from scheduler._planner._book import _Book, _Entry, _make_room, _Round
 from scheduler._planner._config import _INF, Placement, _Decision
-from scheduler._planner._want import _Reread, _Want, _Wants
+from scheduler._planner._want import NO_WANTS, _Reread, _Want, _Wants
 
 
 class _Candidate(NamedTuple):
@@ -380,7 +380,7 @@ def _reserve(rnd: _Round, book: _Book, tier: Tier, value: float, newcomer: str) 
         if rnd.held(model, tier):
             continue
         saved = rnd.valuer.saved(spec, book.node, lower, tier)
-        if any(w.p * saved > value for w in rnd.wants.get(model, []) if w.t0 <= soon):
+        if any(p * saved > value for p, _ in rnd.wants.get(model, NO_WANTS).chances_until(soon)):
             reserve = spec.size_bytes
     return reserve
 
