@@ -117,7 +117,7 @@ class _Tail:
         return bisect.bisect_left(self.columns.windows, count, self.lo, self.hi) - self.lo
 
     def find(self, t0: float, cut: int) -> int:
-        """The first of the first ``cut`` rows that begins at ``t0``; -1: none."""
+        """The first of the first ``cut`` rows whose want begins at ``t0``; -1: none."""
         try:
             return self.columns.t0.index(t0, self.lo, self.lo + cut) - self.lo
         except ValueError:
@@ -196,11 +196,11 @@ class _ForecastWants:
 
     def chances_until(self, t: float) -> Iterator[tuple[float, float]]:
         """``_Wants.chances_until``'s of these."""
-        head, tail, twin = self.head, self.tail, self.twin
+        head, tail = self.head, self.tail
         if head is not None and head.t0 <= t:
             yield head.p, head.t1 - head.t0
         lo, (p, t0, _, held, _, begins) = tail.lo, tail.columns
-        twin += lo if twin >= 0 else 0
+        twin = lo + self.twin if self.twin >= 0 else -1
         for k in range(lo, lo + self.cut):  # in window order: once a window begins after t, all do
             if begins[k] > t:
                 return
@@ -211,7 +211,7 @@ class _ForecastWants:
 class _Wants(Sequence[_Want]):
     """One model's wants: ``listed`` (its hints' and waiting requests', and forecast wants made as a
     list), then ``forecast``'s. As a sequence, the list a round used to build; its readers ask for what
-    they read (``by_time``, ``until``, ``reach``) so that the forecast's are made only that far."""
+    they read (``by_time``, ``chances_until``, ``reach``), so that the forecast's are made only that far."""
 
     __slots__ = ("forecast", "listed")
 
