@@ -5,7 +5,8 @@ reshape per bucket: forecasts for a thousand models over two hours take millisec
 a directory: ``bundle.json`` (layout version, settings it was trained with, models, summary) and
 ``params.jsonl`` (one versioned JSON object per model: family, its parameters, calibration, scores,
 fallback reason) and, where it was fitted, ``idle.json`` (each model's idle-time profile, ``_idle``).
-Loading recompiles the tables from the parameters; nothing is pickled.
+Loading recompiles the tables from the parameters (a bundle built from choices compiles them at its first
+forecast); nothing is pickled.
 """
 
 from __future__ import annotations
@@ -49,16 +50,40 @@ class ForecasterBundle:
     idle: IdleProfile | None = None
     """Each model's idle-time structure and last request in training (``forecaster.LiveForecasts`` uses
     it); ``None`` for a bundle trained or saved without one."""
-    _tables: npt.NDArray[np.float32] = field(init=False, repr=False)
+    _tables: npt.NDArray[np.float32] | None = field(init=False, repr=False)
+    """The ``(models, 10080)`` week tables, built on first use (``compile``)."""
     _scale: npt.NDArray[np.float64] = field(init=False, repr=False)
     _scale_active: npt.NDArray[np.float64] = field(init=False, repr=False)
     _scale_idle: npt.NDArray[np.float64] = field(init=False, repr=False)
     _index: dict[str, int] = field(init=False, repr=False)
-    _daily: npt.NDArray[np.float64] = field(init=False, repr=False)
+    _daily: npt.NDArray[np.float64] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.bucket_s % 60 or self.bucket_s <= 0:
             raise ForecastError(f"bucket_s must be a positive multiple of 60, got {self.bucket_s}")
+        self._tables = None
+        self._daily = None
+        self._scale = np.array([c.scale for c in self.choices], dtype=np.float64)
+        self._scale_active = np.array([_or(c.scale_active, c.scale) for c in self.choices], dtype=np.float64)
+        self._scale_idle = np.array([_or(c.scale_idle, c.scale) for c in self.choices], dtype=np.float64)
+        self._index = {c.model: i for i, c in enumerate(self.choices)}
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the week tables are built (by ``compile``, ``load`` or the first forecast)."""
+        return self._tables is not None
+
+    def compile(self) -> ForecasterBundle:
+        """Build the week tables now (``load`` does, so a bad parameter fails there, not at a forecast).
+
+        Otherwise the first forecast builds them: 40 kB a model, which a retrain's driver that only
+        saves and logs the bundle never needs (each chunk's fits were compiled on its worker)."""
+        self._week_tables()
+        return self
+
+    def _week_tables(self) -> npt.NDArray[np.float32]:
+        if self._tables is not None:
+            return self._tables
         tables = np.zeros((len(self.choices), WEEK_MIN), dtype=np.float32)
         for i, choice in enumerate(self.choices):
             try:
@@ -68,12 +93,9 @@ class ForecasterBundle:
                     f"{choice.model}: cannot compile {choice.family} parameters: {exc}"
                 ) from exc
             tables[i] = np.nan_to_num(np.maximum(week, 0.0) * choice.level, nan=0.0, posinf=0.0)
-        self._tables = tables
         self._daily = tables.mean(axis=1, dtype=np.float64) * 1440.0
-        self._scale = np.array([c.scale for c in self.choices], dtype=np.float64)
-        self._scale_active = np.array([_or(c.scale_active, c.scale) for c in self.choices], dtype=np.float64)
-        self._scale_idle = np.array([_or(c.scale_idle, c.scale) for c in self.choices], dtype=np.float64)
-        self._index = {c.model: i for i, c in enumerate(self.choices)}
+        self._tables = tables
+        return tables
 
     @classmethod
     def from_choices(
@@ -109,10 +131,12 @@ class ForecasterBundle:
     ) -> npt.NDArray[np.float64]:
         """Expected requests per minute at each minute timestamp, ``(models, len(timestamps))``."""
         rows = slice(None) if models is None else [self._index[m] for m in models]
-        return self._tables[rows][:, minute_index(timestamps)].astype(np.float64)
+        return self._week_tables()[rows][:, minute_index(timestamps)].astype(np.float64)
 
     def daily_requests(self) -> npt.NDArray[np.float64]:
         """Expected requests per day of each model, averaged over its week."""
+        self._week_tables()
+        assert self._daily is not None
         return self._daily
 
     def scales(
@@ -138,8 +162,8 @@ class ForecasterBundle:
         per_bucket = self.bucket_s // 60
         start = math.floor(now / self.bucket_s) * self.bucket_s
         cells = minute_index(start + 60.0 * np.arange(buckets * per_bucket))
-        expected = self._tables[:, cells].astype(np.float64).reshape(len(self.choices), buckets, per_bucket)
-        expected = expected.sum(axis=2)
+        expected = self._week_tables()[:, cells].astype(np.float64)
+        expected = expected.reshape(len(self.choices), buckets, per_bucket).sum(axis=2)
         scale = np.broadcast_to(self._scale[:, None], expected.shape).copy()
         if recent:
             early = min(buckets, max(0, math.ceil((now + self.state_horizon_s - start) / self.bucket_s)))
@@ -151,7 +175,9 @@ class ForecasterBundle:
             scale[:, :early] = state[:, None]
         p_any = 1.0 - np.exp(-scale * expected)
         families = [c.family for c in self.choices]
-        return forecasts_of(self.models, float(start), self.bucket_s, expected, p_any, families, self._daily)
+        return forecasts_of(
+            self.models, float(start), self.bucket_s, expected, p_any, families, self.daily_requests()
+        )
 
     # -- persistence -------------------------------------------------------------------------------
 
@@ -248,7 +274,7 @@ class ForecasterBundle:
         )
         bundle.summary = dict(header.get("summary") or {})
         bundle.idle = IdleProfile.load(path)
-        return bundle
+        return bundle.compile()
 
 
 def _or(value: float | None, default: float) -> float:

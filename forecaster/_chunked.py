@@ -16,15 +16,17 @@ chunk order, so one worker and many give the same selections, parameters and sco
 
 A ``SeriesSource`` says how many series there are and makes a ``SeriesChunk`` for any rows: the demand
 store's (its rows read with ``bulk`` per chunk), a history already in memory, or ``SyntheticSeries``
-(``ingest.generate`` one chunk at a time). A worker reads its chunk itself, so the driver never holds
-more than the fitted parameters and the final bundle.
+(``ingest.generate`` one chunk at a time). A worker reads its chunk itself, and the driver takes each
+chunk's results in as they come back (``Engine.imap``, in chunk order) and lets them go: per model it
+keeps what the bundle and the report are made of (the fitted parameters, the idle profile, six scores,
+the backtest's choice without its parameters) and, until the priors are drawn, a half-hour week table.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -378,6 +380,98 @@ class ChunkedFit:
     seconds: dict[str, float]
 
 
+@dataclass(frozen=True)
+class _Offer:
+    """One of a chunk's busiest scored models: a candidate for the report's plots, with what they show
+    of it (copied out of the chunk's arrays, so that nothing else of the chunk stays alive)."""
+
+    volume: float
+    row: int
+    model: str
+    test: npt.NDArray[np.float64]
+    p: npt.NDArray[np.float64]
+    outcome: npt.NDArray[np.float64]
+    choice: Choice
+    """What it was trained with (the backtest's fit, or its prior)."""
+
+
+@dataclass
+class _Gathered:
+    """What the driver keeps of the chunks it has had back: per model only what the bundle and the
+    report are made of, never a chunk's own results once they are taken in (``take``).
+
+    Per model: its name, its full-history choice (the bundle), its backtest choice without parameters
+    (the report reads its family, calibration, scores and reason), its peers' half-hour table (a new
+    model's prior is drawn on all of them), its idle profile and six scores. The plots' models are the
+    ``_PLOTTED`` busiest offered so far, with their backtest parameters and series."""
+
+    models: list[str] = field(default_factory=list)
+    full: list[Choice | None] = field(default_factory=list)
+    train: list[Choice | None] = field(default_factory=list)
+    full_new: list[tuple[list[str], npt.NDArray[np.float64]]] = field(default_factory=list)
+    full_peers: list[Peers] = field(default_factory=list)
+    train_new: list[tuple[list[str], npt.NDArray[np.float64]]] = field(default_factory=list)
+    train_peers: list[Peers] = field(default_factory=list)
+    idles: list[tuple[npt.NDArray[np.int64], _Idle]] = field(default_factory=list)
+    scores: list[tuple[npt.NDArray[np.int64], Scores]] = field(default_factory=list)
+    offers: list[_Offer] = field(default_factory=list)
+    waiting: list[tuple[tuple[int, ...], _Plan]] = field(default_factory=list)
+    """Per chunk with new models, their source rows: read again once the priors are known."""
+
+    def take(self, part: _Part, plan: _Plan) -> None:
+        """A first-pass chunk's results, in chunk order."""
+        self.models += part.models
+        self.full += part.full
+        self.full_new.append(part.full_new)
+        if part.full_peers is not None:
+            self.full_peers.append(part.full_peers)
+        new = set(part.full_new[0])
+        if part.train is not None:
+            # Only the plotted few need their parameters, and those are kept with their offer.
+            self.train += [None if c is None else replace(c, params={}) for c in part.train]
+        if part.train_new is not None:
+            self.train_new.append(part.train_new)
+            new.update(part.train_new[0])
+        if part.train_peers is not None:
+            self.train_peers.append(part.train_peers)
+        rows = np.asarray(part.rows)
+        if part.idle is not None:
+            self.idles.append((rows[part.idle.rows], part.idle))
+        if part.scored is not None:
+            assert part.train is not None
+            self._score(rows[part.scored.rows], part.scored, [part.train[i] for i in part.scored.rows])
+        local = [i for i, m in enumerate(part.models) if m in new]
+        if local:
+            self.waiting.append((tuple(part.rows[i] for i in local), plan))
+
+    def take_finished(self, item: _Finish, idle: _Idle | None, scored: _Scored | None) -> None:
+        """A second-pass chunk's results (its new models'), in chunk order."""
+        rows = np.asarray(item.rows)
+        if idle is not None:
+            self.idles.append((rows[idle.rows], idle))
+        if scored is not None:
+            self._score(rows[scored.rows], scored, [item.train_priors[i] for i in scored.rows])
+
+    def _score(self, at: npt.NDArray[np.int64], scored: _Scored, choices: list[Choice | None]) -> None:
+        self.scores.append((at, replace(scored.scores, p=np.zeros((0, 0)), outcome=np.zeros((0, 0)))))
+        for k, r in enumerate(scored.plotted):
+            choice = choices[r]
+            assert choice is not None
+            offer = _Offer(
+                float(scored.volume[r]),
+                int(at[r]),
+                scored.test.models[k],
+                scored.test.counts[k].copy(),
+                scored.scores.p[k].copy(),
+                scored.scores.outcome[k].copy(),
+                choice,
+            )
+            self.offers.append(offer)
+        # The busiest over the test span, ties to the first row: the order one pass over all would give.
+        self.offers.sort(key=lambda o: (-o.volume, o.row))
+        del self.offers[_PLOTTED:]
+
+
 def fit_chunked(
     source: SeriesSource,
     config: SelectionConfig,
@@ -392,7 +486,8 @@ def fit_chunked(
 ) -> ChunkedFit:
     """Fit the bundle on all of ``source`` and, with ``holdout_s``, backtest on its last ``holdout_s``.
 
-    What ``fit_bundle`` and ``backtest`` give on the same series in memory, chunk by chunk on ``engine``."""
+    What ``fit_bundle`` and ``backtest`` give on the same series in memory, chunk by chunk on ``engine``.
+    Each chunk's results are taken in (``_Gathered``) as they come back, in chunk order, and let go."""
     n = source.rows
     if n == 0:
         raise InvalidInput("no series to fit", reason="empty")
@@ -405,40 +500,39 @@ def fit_chunked(
     bounds = [range(lo, min(lo + chunk_models, n)) for lo in range(0, n, chunk_models)]
     plans = [_Plan(replace(config, share=len(b) / n), cut, lead, window) for b in bounds]
     began = time.perf_counter()
-    parts = engine.map(
+    gathered = _Gathered()
+    parts = engine.imap(
         _fit_task,
         (
             _Fit(source.chunk(b, portable=engine.portable), tuple(b), p)
             for b, p in zip(bounds, plans, strict=True)
         ),
     )
+    for part, plan in zip(parts, plans, strict=True):
+        gathered.take(part, plan)
     first_s = time.perf_counter() - began
 
-    models = [m for p in parts for m in p.models]
-    full_priors = _priors([(p.full_new, p.full_peers) for p in parts])
-    train_priors = _priors([(p.train_new, p.train_peers) for p in parts]) if cut is not None else {}
-    finish: list[_Finish] = []
-    for p, plan in zip(parts, plans, strict=True):
-        local = [i for i, m in enumerate(p.models) if m in full_priors or m in train_priors]
-        if not local:
-            continue
-        finish.append(
-            _Finish(
-                source.chunk([p.rows[i] for i in local], portable=engine.portable),
-                tuple(p.rows[i] for i in local),
-                plan,
-                tuple(train_priors.get(p.models[i]) for i in local),
-                tuple(full_priors.get(p.models[i]) for i in local),
-            )
+    full_priors = _priors(gathered.full_new, gathered.full_peers)
+    train_priors = _priors(gathered.train_new, gathered.train_peers) if cut is not None else {}
+    gathered.full_peers, gathered.train_peers = [], []
+    models = gathered.models
+    finish = [
+        _Finish(
+            source.chunk(list(rows), portable=engine.portable),
+            rows,
+            plan,
+            tuple(train_priors.get(models[i]) for i in rows),
+            tuple(full_priors.get(models[i]) for i in rows),
         )
+        for rows, plan in gathered.waiting
+    ]
     mark = time.perf_counter()
-    done = engine.map(_finish_task, finish)
+    for item, (idle, scored) in zip(finish, engine.imap(_finish_task, finish), strict=True):
+        gathered.take_finished(item, idle, scored)
     second_s = time.perf_counter() - mark
 
     mark = time.perf_counter()
-    full = [
-        c if c is not None else full_priors[m] for p in parts for m, c in zip(p.models, p.full, strict=True)
-    ]
+    full = [c if c is not None else full_priors[m] for m, c in zip(models, gathered.full, strict=True)]
     bundle = ForecasterBundle.from_choices(
         full,
         trained_until=float(grid.end),
@@ -446,24 +540,19 @@ def fit_chunked(
         horizon_s=horizon_s,
         state_minutes=config.state_minutes,
     )
-    # A part's rows are the source rows of its chunk; its results index into those.
-    idles = [(np.asarray(p.rows)[p.idle.rows], p.idle) for p in parts if p.idle is not None]
-    idles += [
-        (np.asarray(f.rows)[i.rows], i) for f, (i, _) in zip(finish, done, strict=True) if i is not None
-    ]
-    bundle.idle = _idle_profile(models, idles)
+    bundle.idle = _idle_profile(models, gathered.idles)
     report = None
     if cut is not None:
-        train = [
-            c if c is not None else train_priors[m]
-            for p in parts
-            for m, c in zip(p.models, p.train or [], strict=True)
-        ]
-        scored = [(np.asarray(p.rows)[p.scored.rows], p.scored) for p in parts if p.scored is not None]
-        scored += [
-            (np.asarray(f.rows)[s.rows], s) for f, (_, s) in zip(finish, done, strict=True) if s is not None
-        ]
-        report = _report(models, train, scored, plan=plans[0], grid=grid, fit_s=first_s + second_s)
+        train = [c if c is not None else train_priors[m] for m, c in zip(models, gathered.train, strict=True)]
+        report = _report(
+            models,
+            train,
+            gathered.scores,
+            gathered.offers,
+            plan=plans[0],
+            grid=grid,
+            fit_s=first_s + second_s,
+        )
     assemble_s = time.perf_counter() - mark
     seconds = {
         "fit_seconds": round(first_s, 3),
@@ -473,16 +562,13 @@ def fit_chunked(
     return ChunkedFit(bundle, report, len(bounds), seconds)
 
 
-def _priors(
-    parts: list[tuple[tuple[list[str], npt.NDArray[np.float64]] | None, Peers | None]],
-) -> dict[str, Choice]:
+def _priors(new: list[tuple[list[str], npt.NDArray[np.float64]]], peers: list[Peers]) -> dict[str, Choice]:
     """Every chunk's new models' priors, drawn on the peers of all chunks (in model order)."""
-    peers = Peers.merge([p for _, p in parts if p is not None])
-    names = [m for new, _ in parts if new is not None for m in new[0]]
+    names = [m for models, _ in new for m in models]
     if not names:
         return {}
-    rates = np.concatenate([new[1] for new, _ in parts if new is not None])
-    return {c.model: c for c in prior_choices(names, rates, peers)}
+    rates = np.concatenate([r for _, r in new])
+    return {c.model: c for c in prior_choices(names, rates, Peers.merge(peers))}
 
 
 def _idle_profile(models: list[str], parts: list[tuple[npt.NDArray[np.int64], _Idle]]) -> IdleProfile:
@@ -496,7 +582,8 @@ def _idle_profile(models: list[str], parts: list[tuple[npt.NDArray[np.int64], _I
 def _report(
     models: list[str],
     train: list[Choice],
-    scored: list[tuple[npt.NDArray[np.int64], _Scored]],
+    scored: list[tuple[npt.NDArray[np.int64], Scores]],
+    chosen: list[_Offer],
     *,
     plan: _Plan,
     grid: History,
@@ -507,24 +594,20 @@ def _report(
     if sorted(at.tolist()) != list(range(len(models))):
         raise AssertionError("every model is scored exactly once")
     order = np.argsort(at, kind="stable")
-    merged = Scores.merge([s.scores for _, s in scored], order)
-    # The busiest few over the test span, for the plots: each part offered its own busiest.
-    offers = [(float(s.volume[r]), int(a[r]), s, k) for a, s in scored for k, r in enumerate(s.plotted)]
-    offers.sort(key=lambda o: (-o[0], o[1]))
-    chosen = offers[:_PLOTTED]
+    merged = Scores.merge([s for _, s in scored], order)
     train_grid, test_grid = grid.split(plan.cut)
     test = History(
-        [s.test.models[k] for _, _, s, k in chosen],
+        [o.model for o in chosen],
         test_grid.start,
-        np.stack([s.test.counts[k] for _, _, s, k in chosen]) if chosen else np.zeros((0, 0)),
+        np.stack([o.test for o in chosen]) if chosen else np.zeros((0, 0)),
     )
     plotted = ForecasterBundle.from_choices(
-        [train[i] for _, i, _, _ in chosen],
+        [o.choice for o in chosen],
         trained_until=float(train_grid.end),
         state_minutes=plan.config.state_minutes,
     )
-    p = np.stack([s.scores.p[k] for _, _, s, k in chosen]) if chosen else np.zeros((0, 0))
-    outcome = np.stack([s.scores.outcome[k] for _, _, s, k in chosen]) if chosen else np.zeros((0, 0))
+    p = np.stack([o.p for o in chosen]) if chosen else np.zeros((0, 0))
+    outcome = np.stack([o.outcome for o in chosen]) if chosen else np.zeros((0, 0))
     return assemble_report(
         replace(merged, p=p, outcome=outcome),
         train,

@@ -19,6 +19,7 @@ import logging
 import os
 import resource
 import socket
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -83,35 +84,37 @@ class Engine:
         return self.client is not None
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
-        """``[fn(item) for item in items]``, in order, on the engine's workers. ``items`` is consumed
-        lazily: an item is made when there is room for it (in process: one at a time)."""
+        """``[fn(item) for item in items]``, in order, on the engine's workers (see ``imap``)."""
+        return list(self.imap(fn, items))
+
+    def imap(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        """``fn(item)`` for each of ``items``, yielded in order, each as soon as it and those before it
+        are done. ``items`` is consumed lazily: an item is made when there is room for it (in process:
+        one at a time). At most ``2 × workers`` items are submitted and not yet yielded, so a caller
+        that folds each result as it comes never holds more than that many, however many items."""
         if self.client is None:
-            return [fn(item) for item in items]
-        as_completed: Any = _distributed().as_completed
-
-        results: dict[int, R] = {}
+            for item in items:
+                yield fn(item)
+            return
         window = max(2, 2 * self.workers)
-        pending = iter(enumerate(items))
-        index_of: dict[str, int] = {}
+        pending = iter(items)
+        running: deque[Any] = deque()
 
-        def submit() -> Any:
-            nxt = next(pending, None)
-            if nxt is None:
-                return None
-            i, item = nxt
-            future = self.client.submit(fn, item, pure=False)
-            index_of[future.key] = i
-            return future
+        def submit() -> None:
+            for item in pending:
+                running.append(self.client.submit(fn, item, pure=False))
+                return
 
-        first = [f for f in (submit() for _ in range(window)) if f is not None]
-        flow = as_completed(first)
-        for future in flow:
-            results[index_of.pop(future.key)] = future.result()
+        for _ in range(window):
+            submit()
+        while running:
+            # A result that came back early waits behind the one before it, and keeps its place in the
+            # window meanwhile: the next item is submitted once the oldest result is taken.
+            future = running.popleft()
+            result: R = future.result()
             future.release()
-            following = submit()
-            if following is not None:
-                flow.add(following)
-        return [results[i] for i in range(len(results))]
+            submit()
+            yield result
 
     def workers_peak_rss_bytes(self) -> int:
         """The sum of the peak RSS of every process of the engine but this one: the workers and, where

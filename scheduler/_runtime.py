@@ -551,7 +551,8 @@ class Runtime:
         outcome = "unjudged" if decision is None else "promoted" if decision.promoted else "kept_champion"
         _metrics.retrained(outcome, time.perf_counter() - started)
         if decision is None or decision.promoted:
-            self._served = (result.bundle, decision.model_version if decision is not None else None)
+            # Its week tables are built here, in the retrain's job, not at the first planning round.
+            self._served = (result.bundle.compile(), decision.model_version if decision is not None else None)
             _metrics.champion_served(result.bundle)
             log.info("daily retrain done, serving it", extra={"seconds": seconds})
         else:

@@ -92,6 +92,31 @@ def test_bundle_of_unknown_version_or_family_is_refused(tmp_path: Path) -> None:
         ForecasterBundle.load(path)
 
 
+def test_a_bundle_built_from_choices_builds_its_week_tables_at_its_first_forecast(
+    synthetic_small: tuple[History, dict[str, str]],
+) -> None:
+    history, _ = synthetic_small
+    head, _ = history.split(history.start + 7 * DAY)
+    fitted = fit_bundle(head)
+    bundle = ForecasterBundle.from_choices(fitted.choices, trained_until=fitted.trained_until)
+    assert not bundle.compiled  # 40 kB a model that a retrain which only saves and logs never needs
+    now = head.end + 1234.0
+    a, b = bundle.predict(now), fitted.predict(now)
+    assert bundle.compiled
+    for model in a:
+        np.testing.assert_array_equal(a[model].expected, b[model].expected)
+        np.testing.assert_array_equal(a[model].p_any, b[model].p_any)
+    np.testing.assert_array_equal(bundle.daily_requests(), fitted.daily_requests())
+
+
+def test_a_saved_bundle_whose_parameters_do_not_compile_is_refused_at_load(tmp_path: Path) -> None:
+    path = fit_bundle(_History(["a"], 0, np.ones((1, 2 * 1440)))).save(tmp_path / "b")
+    entry = json.loads((path / "params.jsonl").read_text())
+    (path / "params.jsonl").write_text(json.dumps({**entry, "params": {}}))
+    with pytest.raises(ForecastError, match="cannot compile"):
+        ForecasterBundle.load(path)  # not at the scheduler's first forecast
+
+
 def test_every_family_fits_and_compiles_a_week_table(synthetic_small: tuple[History, dict[str, str]]) -> None:
     history, _ = synthetic_small
     head, _ = history.split(history.start + 8 * DAY)

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import weakref
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from forecaster import History, SeriesChunk, SyntheticSeries, fit_bundle, retrain, selection_config
+from forecaster import Engine, History, SeriesChunk, SyntheticSeries, fit_bundle, retrain, selection_config
 from forecaster._tracking import tracking_client
 from ingest import generate
 from prewarm import Settings, load_settings
 from prewarm_cli import app
 
 DAY = 86400
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def _settings(tmp_path: Path, name: str, **forecast: Any) -> Settings:
@@ -157,6 +161,58 @@ def test_in_process_retrain_reads_each_chunk_when_it_fits_it_and_lets_it_go(
     assert sum(source.reads[:7]) == len(history.models)  # seven chunks, then the new models again
     assert 0 < sum(source.reads[7:]) <= 4  # only the new models' series are read a second time
     assert source.alive_at_read == [0] * len(source.reads)  # no earlier chunk's series still held
+
+
+@dataclass
+class _WatchedEngine(Engine):
+    """This process as the engine, noting at each chunk's result how much of the earlier chunks'
+    results the driver still holds: their results themselves, and their backtest choices."""
+
+    results: list[weakref.ref[Any]] = field(default_factory=list)
+    train_choices: list[list[weakref.ref[Any]]] = field(default_factory=list)
+    alive_results: list[int] = field(default_factory=list)
+    alive_train_choices: list[int] = field(default_factory=list)
+
+    def imap(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        for result in super().imap(fn, items):
+            gc.collect()
+            # The result before this one is still the driver's loop variable: count those before it.
+            self.alive_results.append(sum(r() is not None for r in self.results[:-1]))
+            earlier = [c for chunk in self.train_choices[:-1] for c in chunk]
+            self.alive_train_choices.append(sum(c() is not None for c in earlier))
+            if hasattr(result, "train"):  # a first-pass chunk's
+                self.results.append(weakref.ref(result))
+                self.train_choices.append([weakref.ref(c) for c in result.train or [] if c is not None])
+            yield result
+
+
+def test_driver_lets_go_of_each_chunks_results_once_it_has_taken_them_in(
+    tmp_path: Path, history: History
+) -> None:
+    engine = _WatchedEngine("in-process", 1)
+    watched = retrain(
+        _settings(tmp_path, "watched", retrain_chunk_models=3),
+        history,
+        history.end,
+        track=False,
+        engine=engine,
+    )
+    assert watched.engine["chunks"] == 9
+    assert engine.alive_results == [0] * len(engine.alive_results)
+    # Of the backtest's choices only the plotted few keep their parameters (the report plots them);
+    # the report needs the others' family, calibration and scores, kept without the parameters.
+    assert max(engine.alive_train_choices) <= 6
+    assert sum(map(len, engine.train_choices)) > 20
+    whole = retrain(
+        _settings(tmp_path, "whole", retrain_chunk_models=1000), history, history.end, track=False
+    )
+    assert _choices(watched.bundle) == _choices(whole.bundle)
+    assert watched.report is not None
+    assert whole.report is not None
+    assert watched.report.per_model == whole.report.per_model
+    assert watched.report.test.models == whole.report.test.models
+    np.testing.assert_array_equal(watched.report.p, whole.report.p)
+    assert _choices(watched.report.bundle) == _choices(whole.report.bundle)
 
 
 def test_synthetic_series_chunks_are_the_rows_of_the_whole_generated_trace() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 
 import pytest
 
@@ -59,3 +60,37 @@ def test_pool_memory_counts_each_worker_process_once_and_not_the_driver(pool: En
     assert counted == pytest.approx(sum(workers.values()), rel=0.05)
     assert counted < sum(workers.values()) + peak_rss_bytes()
     assert pool.workers_cpu_seconds() > 0
+
+
+def _late_when_even(item: int) -> int:
+    time.sleep(0.3 if item % 2 == 0 else 0.0)  # the odd items come back before the even ones before them
+    return item
+
+
+def _taken_at_each_yield(engine: Engine, count: int) -> tuple[list[int], list[int]]:
+    taken: list[int] = []
+
+    def items() -> Iterable[int]:
+        for i in range(count):
+            taken.append(i)
+            yield i
+
+    results, taken_then = [], []
+    for result in engine.imap(_late_when_even, items()):
+        results.append(result)
+        taken_then.append(len(taken))
+    return results, taken_then
+
+
+def test_pool_imap_yields_in_order_and_runs_at_most_twice_its_workers_ahead(pool: Engine) -> None:
+    results, taken_then = _taken_at_each_yield(pool, 12)
+    assert results == list(range(12))
+    # Items submitted and not yet yielded, results waiting behind an earlier one included: what a
+    # driver folding each result as it comes can be holding, whatever the number of items.
+    assert max(taken - yielded for yielded, taken in enumerate(taken_then, start=1)) == 2 * pool.workers
+
+
+def test_in_process_imap_makes_each_item_only_when_the_one_before_is_taken() -> None:
+    results, taken_then = _taken_at_each_yield(Engine("in-process", 1), 5)
+    assert results == list(range(5))
+    assert taken_then == [1, 2, 3, 4, 5]

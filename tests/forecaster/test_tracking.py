@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forecaster import CHAMPION, History, SelectionConfig, load_forecaster, retrain
+from forecaster import CHAMPION, ForecasterBundle, History, SelectionConfig, load_forecaster, retrain
 from prewarm import Settings, TrackingError, load_settings
 
 DAY = 86400
@@ -63,6 +64,25 @@ def test_worse_retrain_leaves_the_champion_alias_where_it_was(
     assert str(client.get_model_version_by_alias(name, CHAMPION).version) == first.decision.model_version
     tags = client.get_run(worse.decision.run_id).data.tags
     assert tags["prewarm.champion_decision"].startswith("kept:")
+
+
+def test_logging_a_retrain_keeps_no_copy_of_the_bundle_it_checked(
+    tmp_path: Path, history: History, unique: str
+) -> None:
+    result = retrain(
+        _settings(tmp_path, unique), history, history.end, tracking_uri=(tmp_path / "m").as_uri()
+    )
+    assert result.decision is not None
+    gc.collect()
+    # The logged pyfunc was loaded back and asked for a forecast; MLflow keeps the last model it loaded
+    # from code in a module global, and with it that bundle's tables, unless the check lets go of them.
+    copies = [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, ForecasterBundle) and o is not result.bundle and o.models == result.bundle.models
+    ]
+    assert copies == []
+    assert not result.bundle.compiled  # the driver saved and logged it without building its tables
 
 
 def test_retrain_run_has_params_metrics_json_and_plots(tmp_path: Path, history: History, unique: str) -> None:

@@ -76,6 +76,7 @@ def test_a_retrain_that_loses_the_champion_comparison_is_not_served(
     assert champion.decision is not None
     assert champion.decision.promoted
     assert rt.forecaster is champion.bundle
+    assert champion.bundle.compiled  # built in the retrain's job, not at the first planning round
     assert rt.forecaster_version == champion.decision.model_version
     rt.retrain()
     worse = retrains.results[1]
