@@ -19,7 +19,6 @@ import logging
 import os
 import resource
 import socket
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -90,31 +89,44 @@ class Engine:
     def imap(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         """``fn(item)`` for each of ``items``, yielded in order, each as soon as it and those before it
         are done. ``items`` is consumed lazily: an item is made when there is room for it (in process:
-        one at a time). At most ``2 × workers`` items are submitted and not yet yielded, so a caller
-        that folds each result as it comes never holds more than that many, however many items."""
+        one at a time). At most ``2 × workers`` items run at once, and the next is submitted as soon as
+        any finishes, so a slow item holds back only its own place; at most ``4 × workers`` are
+        submitted and not yet yielded (results waiting behind a slower one included), so a caller that
+        folds each result as it comes never holds more than that many, however many items."""
         if self.client is None:
             for item in items:
                 yield fn(item)
             return
-        window = max(2, 2 * self.workers)
-        pending = iter(items)
-        running: deque[Any] = deque()
+        as_completed: Any = _distributed().as_completed
+        running_at_most = max(2, 2 * self.workers)
+        ahead_at_most = 2 * running_at_most
+        pending = iter(enumerate(items))
+        index_of: dict[str, int] = {}
+        ready: dict[int, R] = {}
+        flow = as_completed()
+        submitted = yielded = 0
 
-        def submit() -> None:
-            for item in pending:
-                running.append(self.client.submit(fn, item, pure=False))
-                return
+        def fill() -> None:
+            nonlocal submitted
+            while len(index_of) < running_at_most and submitted - yielded < ahead_at_most:
+                nxt = next(pending, None)
+                if nxt is None:
+                    return
+                future = self.client.submit(fn, nxt[1], pure=False)
+                index_of[future.key] = nxt[0]
+                flow.add(future)
+                submitted += 1
 
-        for _ in range(window):
-            submit()
-        while running:
-            # A result that came back early waits behind the one before it, and keeps its place in the
-            # window meanwhile: the next item is submitted once the oldest result is taken.
-            future = running.popleft()
-            result: R = future.result()
+        fill()
+        for future in flow:
+            ready[index_of.pop(future.key)] = future.result()
             future.release()
-            submit()
-            yield result
+            fill()  # before the caller takes its results: the workers go on meanwhile
+            while yielded in ready:
+                result = ready.pop(yielded)
+                yielded += 1
+                yield result
+            fill()
 
     def workers_peak_rss_bytes(self) -> int:
         """The sum of the peak RSS of every process of the engine but this one: the workers and, where
