@@ -230,12 +230,6 @@ class _Round:
     keep_values: dict[tuple[str, Tier, tuple[float, ...]], float] = field(default_factory=dict)
     """What keeping a resident is worth, by (model, tier, the node's link rates): the same on every node
     alike, and, in an incremental round, kept from the last round for the models it does not touch."""
-    held_prices: dict[int, dict[Tier, float]] = field(default_factory=dict)
-    tier_figures: dict[tuple[object, ...], tuple[dict[Tier, float], dict[Tier, float]]] = field(
-        default_factory=dict
-    )
-    """``_placement._tier_figures`` by (link rates, from tier, size, weight)."""
-    """``_placement._held_price`` by model size: the same for every model of a size within a round."""
     _classes: list[list[str]] | None = None
     _positions: dict[str, int] | None = None
 

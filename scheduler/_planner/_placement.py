@@ -14,7 +14,6 @@ from typing import NamedTuple
 
 from models import ModelSpec
 from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier
-from scheduler._cluster import NodeState
 from scheduler._planner._book import _Book, _Entry, _make_room, _Round
 from scheduler._planner._config import _INF, Placement, _Decision
 from scheduler._planner._want import NO_WANTS, _Reread, _Want, _Wants
@@ -69,7 +68,7 @@ def _best_candidate(rnd: _Round, spec: ModelSpec, wants: _Wants, cooling: set[st
     # the nodes of a class (``_Round.classes``) that do not hold the model are valued once, and only
     # the few that hold it one by one. Node by node, this was most of a round at a hundred nodes.
     nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float] = {}
-    price = _held_price(rnd, spec)
+    price = rnd.valuer.held_price(spec)
     holders = rnd.books.holders(spec.id)
     per_node: list[tuple[int, str, _Candidate]] = []  # (the node's place in the books, name, best)
     for name in holders:
@@ -127,7 +126,7 @@ def _node_best(
     """The best option on ``book``'s node for a model held there in ``frm`` (L3: not held there), into
     one of ``tiers`` (``_open_tiers``)."""
     penalty = rnd.config.miss_penalty
-    saved, wasted = _tier_figures(rnd, spec, book.node, frm)
+    saved, wasted = rnd.valuer.tier_figures(spec, book.node, frm)
     best: _Candidate | None = None
     for i, want in enumerate(ordered):
         # The soonest want with any worthwhile tier wins (_tier_key): later ones need not be valued.
@@ -163,7 +162,7 @@ def _open_tiers(
     """The tiers closer than ``frm`` that ``book``'s node can hold ``spec`` in and that some want may pay
     for: a tier that not even the likeliest, shortest want could pay for is worth no want (most rarely
     used models, whose every window would otherwise be valued on each node)."""
-    saved, wasted = _tier_figures(rnd, spec, book.node, frm)
+    saved, wasted = rnd.valuer.tier_figures(spec, book.node, frm)
     tiers = [t for t in saved if book.can_hold(t, spec.size_bytes)]
     if reach.demand:
         return tiers
@@ -187,36 +186,6 @@ class _Reach(NamedTuple):
         if price < 0:
             return True
         return self.p * saved - (1.0 - self.p) * wasted * penalty - self.held_s * price > 0
-
-
-def _tier_figures(
-    rnd: _Round, spec: ModelSpec, node: NodeState, frm: Tier
-) -> tuple[dict[Tier, float], dict[Tier, float]]:
-    """Per tier closer than ``frm``, what a copy there saves a request on ``node`` (``_Valuer.saved``)
-    and what a wrong guess that moved it there wastes (``_Valuer.wasted``, none into the disk): with them,
-    ``_node_best`` bounds ``_Valuer.net`` as ``net`` computes it, and where memory is free, is it. They
-    depend on the node's link rates, the model's size and its weight alone, which repeat: kept in
-    ``_Round.tier_figures``."""
-    valuer = rnd.valuer
-    key = (node.hop_rates, frm, spec.size_bytes, valuer.weight(spec))
-    kept = rnd.tier_figures.get(key)
-    if kept is None:
-        tiers = [t for t in CACHE_TIERS if t.level < frm.level]
-        kept = rnd.tier_figures[key] = (
-            {t: valuer.saved(spec, node, frm, t) for t in tiers},
-            {t: valuer.wasted(spec, node, frm, t) if t.level < Tier.L2.level else 0.0 for t in tiers},
-        )
-    return kept
-
-
-def _held_price(rnd: _Round, spec: ModelSpec) -> dict[Tier, float]:
-    """Per tier, what holding ``spec`` costs per second (a function of its size alone within a round,
-    and sizes repeat, so it is kept in ``_Round.held_prices``)."""
-    size = spec.size_bytes
-    kept = rnd.held_prices.get(size)
-    if kept is None:
-        kept = rnd.held_prices[size] = {tier: size / 1e9 * rnd.config.price(tier) for tier in CACHE_TIERS}
-    return kept
 
 
 def _tier_key(c: _Candidate) -> tuple[bool, float, float, int]:

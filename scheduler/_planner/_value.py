@@ -2,7 +2,9 @@
 prefetch must start to be there in time.
 
 Everything here is a function of the config, the node's measured bandwidth and the model; the only state
-is the memo of hop times (``_HopTimes``), which a ``PlannerMemo`` keeps between rounds.
+is memos: of hop times (``_HopTimes``), which a ``PlannerMemo`` keeps between rounds, and, in a
+``_Valuer``, of the figures that depend on link rates, size and weight alone, which repeat across models
+(a round's valuer, kept for the incremental rounds after it).
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class _Valuer:
         self._gains: dict[tuple[object, ...], dict[Tier, float]] = {}
         self._weight: dict[str, float] = {}
         self._keeps: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._figures: dict[tuple[object, ...], tuple[dict[Tier, float], dict[Tier, float]]] = {}
+        self._prices: dict[int, dict[Tier, float]] = {}
 
     def weight(self, spec: ModelSpec) -> float:
         """What one second ``spec``'s requests wait, or one of its cold starts, weighs."""
@@ -138,6 +142,30 @@ class _Valuer:
         way), and the cold start into GPU memory."""
         hops = self.raw_lead(node, spec.size_bytes, Tier.L2 if frm.level > 2 else frm, to)
         return hops + self._cold_start(to)
+
+    def tier_figures(
+        self, spec: ModelSpec, node: NodeState, frm: Tier
+    ) -> tuple[dict[Tier, float], dict[Tier, float]]:
+        """Per tier closer than ``frm``: what a copy there saves a request on ``node`` (``saved``) and
+        what a wrong guess that moved it there wastes (``wasted``; none into the disk). With them a
+        candidate's wants are bounded as ``net`` computes it. (The same dicts for models alike.)"""
+        key = (node.hop_rates, frm, spec.size_bytes, self.weight(spec))
+        kept = self._figures.get(key)
+        if kept is None:
+            tiers = [t for t in CACHE_TIERS if t.level < frm.level]
+            kept = self._figures[key] = (
+                {t: self.saved(spec, node, frm, t) for t in tiers},
+                {t: self.wasted(spec, node, frm, t) if t.level < Tier.L2.level else 0.0 for t in tiers},
+            )
+        return kept
+
+    def held_price(self, spec: ModelSpec) -> dict[Tier, float]:
+        """Per tier, what holding ``spec`` costs per second. (The same dict for models of a size.)"""
+        size = spec.size_bytes
+        kept = self._prices.get(size)
+        if kept is None:
+            kept = self._prices[size] = {tier: size / 1e9 * self.config.price(tier) for tier in CACHE_TIERS}
+        return kept
 
     def keep_value(self, spec: ModelSpec, wants: _Wants, node: NodeState, tier: Tier, now: float) -> float:
         """What holding a resident in ``tier`` over the coming window is worth (0 with no signal)."""
