@@ -241,7 +241,11 @@ class SchedulerCore:
         )
         _ROUNDS.labels("full" if result.full else "incremental").inc()
         self._last, self._last_at = result, now
-        fresh = [o for o in result.orders if o.id not in self._known]
+        # An order is committed to (dispatched) only in the round before it is due. A later one stays an
+        # intention that each round makes again from the state then: demand loads the planner does not
+        # order may take the room it counted on meanwhile, and a timed order, once out, is carried out.
+        commit_by = now + self.config.decision_interval_s
+        fresh = [o for o in result.orders if o.id not in self._known and o.not_before <= commit_by]
         for order in fresh:
             predicted = result.predicted.get(order.id)
             self._known[order.id] = _Known(order, settled=False, predicted=predicted)

@@ -227,6 +227,12 @@ class _Round:
     open_bets: set[tuple[str, str]] = field(default_factory=set)
     """(node, model) of prefetched copies still within their misprediction window."""
 
+    room_read: dict[str, bool] = field(default_factory=dict)
+    """The models whose candidate read free room (``_placement._crowded``): True where it read every
+    node's, False where only the holders'. An incremental round looks for their candidates again when
+    those books change."""
+    lifetimes: dict[tuple[str, Tier], float] = field(default_factory=dict)
+    """Per (node, tier), ``_placement._lifetime``: worked out from the node's report once a round."""
     keep_values: dict[tuple[str, Tier, tuple[float, ...]], float] = field(default_factory=dict)
     """What keeping a resident is worth, by (model, tier, the node's link rates): the same on every node
     alike, and, in an incremental round, kept from the last round for the models it does not touch."""

@@ -72,6 +72,7 @@ class _Kept:
     gains: Mapping[str, Mapping[Tier, float]]
     valuer: _Valuer
     candidates: Mapping[str, list[_Candidate]]  # the models whose candidate was not empty
+    room_read: Mapping[str, bool]  # see _Round.room_read
     failed: Mapping[str, _Failure]  # the candidates deferred, with what they were deferred against
     keep_values: Mapping[tuple[str, Tier, tuple[float, ...]], float]  # see _Round.keep_values
     classes: list[list[str]]  # _Round.classes: the same while every node stays alike
@@ -185,9 +186,16 @@ def _incremental(
     _demote_mispredictions(rnd, cluster, judged)
     cooling = _cooldowns(cluster, now, config) | {model for _, model in rnd.mispredictions}
     changed = touched | moved | (cooling ^ kept.cooling) | rnd.moved
+    # A candidate that read free room depends on the books it read: every node's, or its holders'.
+    changed |= {
+        m
+        for m, every in kept.room_read.items()
+        if m in kept.candidates and ((every and reopen) or not reopen.isdisjoint(rnd.books.holders(m)))
+    }
     # A candidate depends on the model's wants, its place on every node and its cool-down: where none
     # changed, the last round's is this round's (the same object, so ``_place_all`` can tell).
     candidates = {m: c for m, c in kept.candidates.items() if m not in changed and m in wants}
+    rnd.room_read = {m: every for m, every in kept.room_read.items() if m in candidates}
     for model in changed:
         model_wants = wants.get(model)
         if not model_wants:
@@ -210,6 +218,7 @@ def _incremental(
         wants=wants,
         gains=gains,
         candidates=candidates,
+        room_read=rnd.room_read,
         failed=failed,
         keep_values=rnd.keep_values,
         cooling=cooling,

@@ -79,19 +79,34 @@ def _best_candidate(rnd: _Round, spec: ModelSpec, wants: _Wants, cooling: set[st
         if best is not None:
             per_node.append((rnd.position(name), name, best))
     absent: list[tuple[_Candidate, list[str]]] = []
-    if not per_node:  # a node that holds the model closer than L3 wins over every one that does not
+    # A node that holds the model closer than L3 wins over every one that does not, unless it would have
+    # to make room for a speculative copy that another node has free room for: demoting a resident there
+    # costs what the resident saves, and the other node's room was idle.
+    crowded = _crowded(rnd, spec, [c for _, _, c in per_node])
+    if per_node and not wants.signalled(OrderReason.DEMAND):
+        rnd.room_read[spec.id] = crowded is not None
+    if not per_node or crowded is not None:
         # Each class by one of its nodes that does not hold the model (holders are few).
         classes = [
             (names, one, _open_tiers(rnd, spec, rnd.books[one], Tier.L3, price, reach))
             for names in rnd.classes()
             if (one := next((n for n in names if n not in holders), None)) is not None
         ]
-        if all(rnd.held(spec.id, t) for _, _, tiers in classes for t in tiers):
+        if not per_node and all(rnd.held(spec.id, t) for _, _, tiers in classes for t in tiers):
             return []  # whatever their best, it is a tier some node holds the model in already
         for names, one, tiers in classes:
             best = _node_best(rnd, spec, ordered, rnd.books[one], Tier.L3, tiers, price, nets)
-            if best is not None:
-                absent.append((best, [n for n in names if n not in holders] if holders else names))
+            if best is None:
+                continue
+            others = [n for n in names if n not in holders] if holders else names
+            if crowded is not None:
+                if best.tier.level > crowded.level:
+                    continue
+                others = [n for n in others if _fits_free(rnd.books[n], Tier.L3, best.tier, spec.size_bytes)]
+            if others:
+                absent.append((best, others))
+        if absent:
+            per_node = []
     if not per_node and not absent:
         return []
     # A node that already holds the model closer wins (fewer hops), then value; among the nodes left,
@@ -111,6 +126,23 @@ def _best_candidate(rnd: _Round, spec: ModelSpec, wants: _Wants, cooling: set[st
         chosen.extend((rnd.position(n), n, best) for n in names)
     chosen.sort(key=lambda pnc: pnc[0])
     return [c if c.node == n else c._replace(node=n) for _, n, c in chosen]
+
+
+def _fits_free(book: _Book, frm: Tier, tier: Tier, size: int) -> bool:
+    """Whether a copy loaded from ``frm`` into ``tier`` fits the free room of every tier it fills."""
+    return all(book.fits(t, size) for t in CACHE_TIERS if tier.level <= t.level < frm.level)
+
+
+def _crowded(rnd: _Round, spec: ModelSpec, options: Sequence[_Candidate]) -> Tier | None:
+    """The closest tier of the holders' speculative ``options`` when none of them fits its node's free
+    room (each would make room by demoting a resident); None when one fits, or one serves a waiting
+    request (which takes the quickest path whatever it displaces), or there is none."""
+    if not options or any(c.want.demand for c in options):
+        return None
+    size = spec.size_bytes
+    if any(_fits_free(rnd.books[c.node], c.frm, c.tier, size) for c in options):
+        return None
+    return min((c.tier for c in options), key=lambda t: t.level)
 
 
 def _node_best(
@@ -200,45 +232,96 @@ def _place(rnd: _Round, cand: _Candidate) -> None:
     # for a model demoted this round to make room for something worth more: fetching it back would thrash.
     tier: Tier | None = None if spec.id in rnd.moved else cand.tier
     while tier is not None and tier.level < cand.frm.level:
-        trial = book.copy()
-        moves: list[tuple[str, Tier, Tier]] = []
-        path = [t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level]
-        fits = all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path)
-        if fits and tier is Tier.L0 and not cand.want.demand:
-            # Only GPU memory: reserving host memory the same way (measured) dropped more useful L1
-            # prefetches than wasted ones, and a 20 s disk reload is worth the risk of a miss there.
-            # Compared on the last hop alone, as the waiting model's worth is: the candidate's value
-            # also counts the hops from disk, which the waiting model has already made.
-            last_hop = rnd.valuer.net(spec, cand.want, book.node, Tier.L1, Tier.L0)
-            reserve = _reserve(rnd, trial, Tier.L0, last_hop, spec.id)
-            if reserve:
-                after = trial.copy()
-                after.put_l0(spec.id, _Entry(spec.id, spec.size_bytes, value, True))
-                fits = after.fits(Tier.L0, reserve)
-        if fits:
-            gpus: tuple[int, ...] = ()
-            for t in path:
-                entry = _Entry(spec.id, spec.size_bytes, value, True)
-                if t is Tier.L0:
-                    gpus = trial.placement(spec.size_bytes) or ()
-                    trial.put_l0(spec.id, entry, gpus)
-                else:
-                    trial.put(t, spec.id, entry)
-            rnd.books[cand.node] = trial
-            _emit_placement(rnd, cand, tier, moves, tuple(trial.gpu_ids(gpus)))
-            return
+        worth = _worth_there(rnd, book, cand, tier)
+        if worth is None:
+            break  # a speculative fallback must still be worth its cost; a waiting request takes any tier
+        if worth:
+            trial = book.copy()
+            moves: list[tuple[str, Tier, Tier]] = []
+            path = [t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level]
+            fits = all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path)
+            if fits and tier is Tier.L0 and not cand.want.demand:
+                # Only GPU memory: reserving host memory the same way (measured) dropped more useful L1
+                # prefetches than wasted ones, and a 20 s disk reload is worth the risk of a miss there.
+                # Compared on the last hop alone, as the waiting model's worth is: the candidate's value
+                # also counts the hops from disk, which the waiting model has already made.
+                last_hop = rnd.valuer.net(spec, cand.want, book.node, Tier.L1, Tier.L0)
+                reserve = _reserve(rnd, trial, Tier.L0, last_hop, spec.id)
+                if reserve:
+                    after = trial.copy()
+                    after.put_l0(spec.id, _Entry(spec.id, spec.size_bytes, value, True))
+                    fits = after.fits(Tier.L0, reserve)
+            if fits:
+                gpus: tuple[int, ...] = ()
+                for t in path:
+                    entry = _Entry(spec.id, spec.size_bytes, value, True)
+                    if t is Tier.L0:
+                        gpus = trial.placement(spec.size_bytes) or ()
+                        trial.put_l0(spec.id, entry, gpus)
+                    else:
+                        trial.put(t, spec.id, entry)
+                rnd.books[cand.node] = trial
+                _emit_placement(rnd, cand, tier, moves, tuple(trial.gpu_ids(gpus)))
+                return
         nxt = tier.farther()
         tier = nxt if nxt in CACHE_TIERS else None
-        # A speculative fallback must still be worth its cost; a waiting request takes any tier.
-        if (
-            tier is not None
-            and not cand.want.demand
-            and rnd.valuer.net(spec, cand.want, book.node, cand.frm, tier) <= 0
-        ):
-            tier = None
     rnd.deferred.append(
         Placement(spec.id, cand.node, cand.tier, cand.want.reason, cand.not_before, cand.want.t1, value)
     )
+
+
+def _worth_there(rnd: _Round, book: _Book, cand: _Candidate, tier: Tier) -> bool | None:
+    """Whether ``cand`` is worth its cost in ``tier`` of ``book``'s node: None when it is not (then no
+    farther tier is either), False when it is not for as long as a copy would last there unused
+    (``_lasting``), counting the last hop into ``tier`` alone (the copy it passes on the way, on disk
+    say, stays useful when this one is evicted): a farther tier may be. A waiting request takes any
+    tier; the candidate's own tier, where the copy lasts its window, was valued when it was made."""
+    if cand.want.demand:
+        return True
+    spec, node = cand.spec, book.node
+    lead = rnd.valuer.lead(node, spec.size_bytes, cand.frm, tier)
+    want = _lasting(rnd, book, tier, cand.want, lead)
+    if want is cand.want:
+        return True if tier is cand.tier or rnd.valuer.net(spec, want, node, cand.frm, tier) > 0 else None
+    last = min(cand.frm, tier.farther(), key=lambda t: t.level)
+    return rnd.valuer.net(spec, want, node, cand.frm, tier) > 0 and (
+        last is cand.frm or rnd.valuer.net(spec, want, node, last, tier) > 0
+    )
+
+
+def _lasting(rnd: _Round, book: _Book, tier: Tier, want: _Want, lead: float) -> _Want:
+    """``want`` with its chance cut to the part of its window that a copy loaded into ``tier`` for it is
+    still there, unused, to serve (the request taken as equally likely anywhere in the window); ``want``
+    itself when the copy lasts the window (``_lifetime``)."""
+    landing = max(rnd.now, want.t0 - lead) + lead
+    until = landing + _lifetime(rnd, book, tier) - want.t0  # how much of the window the copy is there for
+    span = want.t1 - want.t0
+    if until >= span:
+        return want
+    return want._replace(p=want.p * max(until, 0.0) / span if span > 0 else 0.0)
+
+
+def _lifetime(rnd: _Round, book: _Book, tier: Tier) -> float:
+    """How long a copy loaded into ``tier`` of ``book``'s node now stays there unused before the
+    executor's LRU gives it up to loads the planner does not order (requests).
+
+    The LRU gives up a copy nothing has used once the loads after it have filled the tier. So the tier's
+    capacity over the rate bytes are loaded into it: measured over the time its least recently used copy
+    has gone unused, by the copies loaded in that time that are still there (those already given up are
+    not seen: the rate is a floor, the lifetime a ceiling). On a busy cluster that is a minute or two of
+    host memory, and prefetches made for ten-minute windows were mostly evicted unused before their
+    request came; a tier that is filling slowly, or not at all, keeps a copy for hours.
+    """
+    key = (book.node.name, tier)
+    known = rnd.lifetimes.get(key)
+    if known is None:
+        node, now = book.node, rnd.now
+        residents = node.residents(tier)
+        times = [t for r in residents if r.pins == 0 and (t := r.last_used or r.loaded_at) is not None]
+        age = now - min(times, default=now)
+        loaded = sum(r.bytes for r in residents if r.loaded_at is not None and r.loaded_at >= now - age)
+        known = rnd.lifetimes[key] = age * node.capacity.get(tier, 0) / loaded if loaded > 0 else _INF
+    return known
 
 
 _Failure = tuple[list[_Candidate], tuple[_Book, ...], bool, tuple[bool, ...], Placement]

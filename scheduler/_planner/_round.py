@@ -156,6 +156,7 @@ def _full_round(
         gains=gains,
         valuer=valuer,
         candidates=candidates,
+        room_read=rnd.room_read,
         failed=failed,
         keep_values=rnd.keep_values,
         classes=rnd.classes(),

@@ -16,6 +16,7 @@ from scheduler_builders import (
     resident,
     spec,
     state,
+    surge_forecast,
 )
 
 from forecaster import ModelForecast
@@ -290,3 +291,82 @@ def test_the_scheduler_core_keeps_when_each_prefetch_was_predicted_for_the_next_
         core.observe(report("a", {order.tier: [loaded], Tier.L2: [loaded]}, capacity=cap, at=at))
         fresh = core.replan()
         assert any(o.reason is OrderReason.MISPREDICTION for o in fresh) is mispredicted
+
+
+def test_a_speculative_copy_goes_to_free_room_rather_than_demote_on_the_node_that_stages_it() -> None:
+    # "next" is staged on a's disk, where its GPU holds a model still worth keeping; b's GPU is idle.
+    # Loading from a's disk would save hops, at the price of demoting "kept", which nothing needed.
+    kept = resident("kept", 60 * GB, loaded_at=NOW - 3600, last_used=NOW - 1800)
+    staged = resident("next", 40 * GB, loaded_at=NOW - 3600)
+    reports = [
+        report("a", {Tier.L0: [kept], Tier.L1: [kept], Tier.L2: [kept, staged]}, capacity=CAP),
+        report("b", {}, capacity=CAP),
+    ]
+    cat = catalog(spec("kept", 60 * GB), spec("next", 40 * GB))
+    forecasts = {"kept": flat_forecast("kept", 0.02), "next": surge_forecast("next", NOW + 1200)}
+    orders = plan(NOW, forecasts, [], cat, state(cluster("a", "b"), *reports), CONFIG)
+    assert [(o.model, o.action, o.node, o.tier) for o in orders] == [
+        ("next", OrderAction.PREFETCH, "b", Tier.L0)
+    ]
+
+
+def test_a_waiting_request_still_loads_from_the_closest_copy_and_makes_room_there() -> None:
+    kept = resident("kept", 60 * GB, loaded_at=NOW - 3600, last_used=NOW - 1800)
+    staged = resident("next", 40 * GB, loaded_at=NOW - 3600)
+    reports = [
+        report("a", {Tier.L0: [kept], Tier.L1: [kept], Tier.L2: [kept, staged]}, capacity=CAP),
+        report("b", {}, capacity=CAP),
+    ]
+    cat = catalog(spec("kept", 60 * GB), spec("next", 40 * GB))
+    waiting = [hint("next", source=DEMAND_SOURCE)]
+    orders = plan(
+        NOW, {"kept": flat_forecast("kept", 0.02)}, waiting, cat, state(cluster("a", "b"), *reports), CONFIG
+    )
+    assert [(o.model, o.action, o.node) for o in orders] == [
+        ("kept", OrderAction.DEMOTE, "a"),
+        ("next", OrderAction.PREFETCH, "a"),
+    ]
+
+
+@pytest.mark.parametrize(("loaded_ago", "tier"), [(10.0, Tier.L2), (7200.0, Tier.L1)])
+def test_no_speculative_copy_goes_where_requests_would_evict_it_before_its_window_is_out(
+    loaded_ago: float, tier: Tier
+) -> None:
+    # Host memory half full. Loaded in the last ten seconds, its copies say requests fill it in about
+    # twenty: a copy loaded for a one-minute window would mostly be gone before its request came, so it
+    # is staged on disk instead. Loaded hours ago, they say host memory keeps a copy: it goes there.
+    held = [
+        resident(f"r{i}", 50 * GB, loaded_at=NOW - loaded_ago + 5 * i, last_used=NOW - loaded_ago + 5 * i)
+        for i in range(2)
+    ]
+    r = report("a", {Tier.L1: held, Tier.L2: held}, capacity=CAP)
+    cat = catalog(*(spec(h.model, h.bytes) for h in held), spec("big", 100 * GB))  # too big for the GPU
+    forecasts = {"big": surge_forecast("big", NOW + 1200)}
+    orders = plan(NOW, forecasts, [], cat, state(cluster("a"), r), CONFIG)
+    assert [(o.model, o.action, o.tier) for o in orders] == [("big", OrderAction.PREFETCH, tier)]
+
+
+def test_the_scheduler_core_hands_out_an_order_only_in_the_round_before_it_is_due() -> None:
+    # A prefetch planned an hour ahead is not committed to: requests the planner does not order may
+    # take the room it counted on meanwhile. Each round plans it again, and the one before it is due
+    # hands it out.
+    clock = [NOW]
+    out: list[Order] = []
+    core = SchedulerCore(
+        catalog=catalog(spec("m", 10 * GB)),
+        cluster=cluster("a"),
+        config=CONFIG,
+        dispatch=out.extend,
+        clock=lambda: clock[0],
+    )
+    core.set_signals(forecasts={"m": surge_forecast("m", NOW + 3600)})
+    core.replan()
+    [planned] = [p for p in core.plan_view()["placements"] if p["model"] == "m"]
+    assert out == []
+    due = planned["not_before"]
+    clock[0] = due - 2 * CONFIG.decision_interval_s
+    assert core.replan() == []
+    clock[0] = due - CONFIG.decision_interval_s / 2
+    [order] = core.replan()
+    assert (order.model, order.not_before) == ("m", due)
+    assert out == [order]
