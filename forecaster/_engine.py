@@ -221,12 +221,15 @@ def import_fitting() -> None:
     Lazily imported, they would be paid for inside each worker's first chunk: the statsmodels
     families, scipy.stats and, to read a chunk, ingest (the store and the synthetic generator, with
     its Kafka and SQL clients). Where bytecode is not cached (``PYTHONDONTWRITEBYTECODE``) that is
-    ~12 s of CPU per process compiling sources, paid once by one process and once per worker."""
-    import statsmodels.tsa.holtwinters
-    import statsmodels.tsa.seasonal
+    ~12 s of CPU per process compiling sources, paid once by one process and once per worker.
+
+    Safe to call again: each module is bound to a local name and only that name is let go (``del
+    package.module`` would take the submodule off its package, and a second call would fail there)."""
+    import statsmodels.tsa.holtwinters as holtwinters
+    import statsmodels.tsa.seasonal as seasonal
     import threadpoolctl  # type: ignore[import-untyped]
 
-    import forecaster._chunked
+    import forecaster._chunked as chunked
     import ingest
 
-    del forecaster._chunked, ingest, statsmodels.tsa.holtwinters, statsmodels.tsa.seasonal, threadpoolctl
+    del chunked, holtwinters, ingest, seasonal, threadpoolctl
