@@ -11,6 +11,12 @@ The engine's start (a local pool's processes importing the fitting code, and thi
 it and what the tracking imports, whatever the number of workers) is timed apart from the retrain: a
 deployment that retrains daily keeps its cluster (or its process), and ``engine_start_seconds`` says
 what a cold one adds. ``cpu_seconds`` is the CPU of the same processes during the retrain.
+
+Every run's throw-away store stays until the last run is done: a store holds about four files a model
+(one per per-model metric), and on a file system that will not reuse an inode freed in the last minutes
+(ext4 without a journal, as on the 2-core VM the figures come from: the kernel's ``recently_deleted``
+check) a run creating its store within a minute or so of the run before deleting its own paid ~0.5 ms a
+file in the kernel: 5-6 s of the second run's tracking at 3,000 models, whatever its worker count.
 """
 
 from __future__ import annotations
@@ -50,16 +56,24 @@ def run_retrain_scaling(
     ``runs: [{workers, seconds, peak_rss_bytes, ...}]``, ``identical``, the setup and the targets."""
     forecast = settings.forecast.model_dump(mode="json")
     runs: list[dict[str, Any]] = []
-    for count in workers:
-        progress(f"retraining {models} models x {days:g} days on {count} worker(s)")
-        run = _in_child(
-            {"forecast": forecast, "models": models, "days": days, "seed": seed, "workers": count}, timeout_s
-        )
-        progress(
-            f"{count} worker(s): {run['seconds']:.1f}s, peak RSS {run['peak_rss_bytes'] / 2**30:.2f} GiB"
-            f" (engine start {run['engine_start_seconds']:.1f}s)"
-        )
-        runs.append(run)
+    # One directory for every run's store, removed once all are done (see the module's docstring).
+    with tempfile.TemporaryDirectory(prefix="prewarm-retrain-scaling-") as stores:
+        for index, count in enumerate(workers):
+            progress(f"retraining {models} models x {days:g} days on {count} worker(s)")
+            job = {
+                "forecast": forecast,
+                "models": models,
+                "days": days,
+                "seed": seed,
+                "workers": count,
+                "store": str(Path(stores) / f"run-{index}-workers-{count}"),
+            }
+            run = _in_child(job, timeout_s)
+            progress(
+                f"{count} worker(s): {run['seconds']:.1f}s, peak RSS {run['peak_rss_bytes'] / 2**30:.2f} GiB"
+                f" (engine start {run['engine_start_seconds']:.1f}s)"
+            )
+            runs.append(run)
     digests = {r.pop("digest") for r in runs}
     by_workers = {r["workers"]: r for r in runs}
     speedup = (
@@ -147,25 +161,27 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
     settings = base.model_copy(update={"forecast": forecast})
     source = SyntheticSeries(job["models"], job["days"], seed=job["seed"])
     now = float(source.start + 60 * source.minutes)
-    with tempfile.TemporaryDirectory() as tmp:
-        uri = (Path(tmp) / "mlruns").as_uri()
+    # The parent removes the store after the last run, not this run when it ends (module docstring).
+    store = Path(job["store"])
+    store.mkdir(parents=True)
+    uri = (store / "mlruns").as_uri()
+    began = time.perf_counter()
+    with open_engine(job["workers"]) as engine:
+        # What a chunk's fit imports is imported by the workers at their start and, here, by the
+        # driver too: it assembles and checks the bundle with the same code. So is what the
+        # tracking imports on first use. The scheduler process that retrains daily has all of it
+        # loaded from its first retrain; both clocks leave it out, for every worker count.
+        import_fitting()
+        _import_tracking()
+        started = time.perf_counter() - began
+        cpu = cpu_seconds() + engine.workers_cpu_seconds()
         began = time.perf_counter()
-        with open_engine(job["workers"]) as engine:
-            # What a chunk's fit imports is imported by the workers at their start and, here, by the
-            # driver too: it assembles and checks the bundle with the same code. So is what the
-            # tracking imports on first use. The scheduler process that retrains daily has all of it
-            # loaded from its first retrain; both clocks leave it out, for every worker count.
-            import_fitting()
-            _import_tracking()
-            started = time.perf_counter() - began
-            cpu = cpu_seconds() + engine.workers_cpu_seconds()
-            began = time.perf_counter()
-            result = retrain(settings, source, now, tracking_uri=uri, engine=engine)
-            seconds = time.perf_counter() - began
-            cpu = cpu_seconds() + engine.workers_cpu_seconds() - cpu
-            workers_rss = engine.workers_peak_rss_bytes()
-        driver_rss = peak_rss_bytes()
-        digest = _digest(result.bundle, uri, result.run_id, Path(tmp))
+        result = retrain(settings, source, now, tracking_uri=uri, engine=engine)
+        seconds = time.perf_counter() - began
+        cpu = cpu_seconds() + engine.workers_cpu_seconds() - cpu
+        workers_rss = engine.workers_peak_rss_bytes()
+    driver_rss = peak_rss_bytes()
+    digest = _digest(result.bundle, uri, result.run_id, store)
     return {
         "workers": job["workers"],
         "seconds": round(seconds, 2),
