@@ -140,11 +140,16 @@ def _child_main(job: dict[str, Any], send: Any) -> None:
 def _import_tracking() -> None:
     """What a retrain's tracking imports on first use: matplotlib for the plots (through the plots' own
     ``_pyplot``, so the backend is theirs) and MLflow's client, model and registry modules. Where no
-    bytecode is written (as here) each is compiled from source on import: 3-4 s each."""
+    bytecode is written (as here) each is compiled from source on import: 3-4 s each.
+
+    Also MLflow's SQLAlchemy tracking store (~2 s here): a file registry reads each model version's
+    logged model through MLflow's process-wide default client (its own TODO), which in MLflow 3 is a
+    SQLite store, ``mlflow.db`` in the working directory; the retrain's own client never asks for it."""
     import mlflow.entities
     import mlflow.exceptions
     import mlflow.models
     import mlflow.pyfunc
+    import mlflow.store.tracking.sqlalchemy_store
     import mlflow.tracking.context.registry
 
     from forecaster._plots import _pyplot
