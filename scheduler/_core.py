@@ -236,16 +236,21 @@ class SchedulerCore:
         )
         touched = None if full else set(self._touched)
         self._touched.clear()
+        # Orders are committed to only by the round before they are due (``plan_detailed``'s commit_by).
         result = plan_detailed(
-            now, self._forecasts, hints, self.catalog, state, self.config, memo=self._memo, touched=touched
+            now,
+            self._forecasts,
+            hints,
+            self.catalog,
+            state,
+            self.config,
+            memo=self._memo,
+            touched=touched,
+            commit_by=now + self.config.decision_interval_s,
         )
         _ROUNDS.labels("full" if result.full else "incremental").inc()
         self._last, self._last_at = result, now
-        # An order is committed to (dispatched) only in the round before it is due. A later one stays an
-        # intention that each round makes again from the state then: demand loads the planner does not
-        # order may take the room it counted on meanwhile, and a timed order, once out, is carried out.
-        commit_by = now + self.config.decision_interval_s
-        fresh = [o for o in result.orders if o.id not in self._known and o.not_before <= commit_by]
+        fresh = [o for o in result.orders if o.id not in self._known]
         for order in fresh:
             predicted = result.predicted.get(order.id)
             self._known[order.id] = _Known(order, settled=False, predicted=predicted)

@@ -138,6 +138,7 @@ def _incremental(
     config: PlannerConfig,
     memo: _Memo,
     touched: set[str],
+    commit_by: float | None = None,
 ) -> Plan | None:
     """The round that replans only what ``touched`` and the changed nodes touch; None: a full round
     is needed (see the module's docstring)."""
@@ -206,7 +207,7 @@ def _incremental(
         if options:
             candidates[model] = options
     loads = {n: load for n, (book, load) in kept.loads.items() if rnd.books.get(n) is book}
-    failed = _place_all(rnd, list(candidates.values()), kept.traffic, loads, kept.failed)
+    failed = _place_all(rnd, list(candidates.values()), kept.traffic, loads, kept.failed, commit_by=commit_by)
     if config.memory_price > 0:
         _release_priced(rnd, forecasts, reopen | {o.node for o in rnd.orders})
     memo.kept = replace(

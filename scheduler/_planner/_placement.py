@@ -336,13 +336,16 @@ def _place_all(
     traffic: Mapping[str, float],
     loads: dict[str, float],
     failed: Mapping[str, _Failure] | None = None,
+    *,
+    commit_by: float | None = None,
 ) -> dict[str, _Failure]:
     """Place each model's candidate, most urgent first. ``loads``: each node's load (``_least_loaded``)
     for the books as they are now; a node's figure is dropped once its book changes.
 
     ``failed``: candidates deferred by an earlier round (``_incremental``). Placing one again against
     the same books, with nothing ``_place`` reads changed, defers it again: it is deferred without
-    trying. Returns the candidates deferred now, for the next round.
+    trying. Returns the candidates deferred now, for the next round. ``commit_by``: the candidates due
+    to start later are left unplaced (``plan_detailed``).
     """
     deferred: dict[str, _Failure] = {}
     # Demand first, then the soonest start, then the most value per byte.
@@ -355,6 +358,8 @@ def _place_all(
         )
     )
     for options in candidates:
+        if commit_by is not None and options[0].not_before > commit_by:
+            break  # this one and every one after it (soonest first): not this round's to commit to
         model = options[0].spec.id
         before = failed.get(model) if failed else None
         if before is not None and before[0] is options and _fails_again(rnd, before):

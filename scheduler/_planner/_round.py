@@ -32,6 +32,7 @@ def plan(
     *,
     memo: PlannerMemo | None = None,
     touched: Collection[str] | None = None,
+    commit_by: float | None = None,
 ) -> list[Order]:
     """The orders to publish now (each timed by ``not_before``) for this state of the world.
 
@@ -40,7 +41,9 @@ def plan(
     ``plan_detailed``.
     """
     return list(
-        plan_detailed(now, forecasts, hints, catalog, cluster, config, memo=memo, touched=touched).orders
+        plan_detailed(
+            now, forecasts, hints, catalog, cluster, config, memo=memo, touched=touched, commit_by=commit_by
+        ).orders
     )
 
 
@@ -54,8 +57,15 @@ def plan_detailed(
     *,
     memo: PlannerMemo | None = None,
     touched: Collection[str] | None = None,
+    commit_by: float | None = None,
 ) -> Plan:
     """``plan`` with its reasoning: placements, deferred candidates and counted mispredictions.
+
+    ``commit_by``: place only the candidates due to start by then, for a caller that plans again before
+    the others are due (``SchedulerCore``: by the next round). A later one is an intention the next
+    rounds make again from the state then, not an order: demand loads the planner does not order may
+    take the room it would count on meanwhile, and an order once out is carried out when it is due.
+    Candidates are placed soonest first, so this changes no order due by then. None: every candidate.
 
     ``touched``: the models whose signals (hints, demand) changed since the last round planned with
     ``memo``; the round then replans only what they, and the nodes whose reports or orders changed,
@@ -64,11 +74,11 @@ def plan_detailed(
     """
     memo = memo if memo is not None else PlannerMemo()
     if touched is not None:
-        result = _incremental(now, forecasts, hints, catalog, cluster, config, memo, set(touched))
+        result = _incremental(now, forecasts, hints, catalog, cluster, config, memo, set(touched), commit_by)
         if result is not None:
             return result
     with _collector_paused():
-        return _full_round(now, forecasts, hints, catalog, cluster, config, memo)
+        return _full_round(now, forecasts, hints, catalog, cluster, config, memo, commit_by)
 
 
 @contextlib.contextmanager
@@ -111,6 +121,7 @@ def _full_round(
     cluster: ClusterState,
     config: PlannerConfig,
     memo: PlannerMemo,
+    commit_by: float | None,
 ) -> Plan:
     valuer = _Valuer(config, memo.hops, _model_weights(now, forecasts, config))
     # Gains are a bound over the nodes' link rates: one node of each set of rates says the same.
@@ -141,7 +152,7 @@ def _full_round(
         if m in catalog
     }
     loads: dict[str, float] = {}
-    failed = _place_all(rnd, list(candidates.values()), traffic, loads)
+    failed = _place_all(rnd, list(candidates.values()), traffic, loads, commit_by=commit_by)
     _release_priced(rnd, forecasts)
     memo.kept = _Kept(
         at=now,

@@ -349,24 +349,18 @@ def test_no_speculative_copy_goes_where_requests_would_evict_it_before_its_windo
 def test_the_scheduler_core_hands_out_an_order_only_in_the_round_before_it_is_due() -> None:
     # A prefetch planned an hour ahead is not committed to: requests the planner does not order may
     # take the room it counted on meanwhile. Each round plans it again, and the one before it is due
-    # hands it out.
+    # hands it out, as the order a round planning every candidate times for then.
     clock = [NOW]
     out: list[Order] = []
-    core = SchedulerCore(
-        catalog=catalog(spec("m", 10 * GB)),
-        cluster=cluster("a"),
-        config=CONFIG,
-        dispatch=out.extend,
-        clock=lambda: clock[0],
-    )
-    core.set_signals(forecasts={"m": surge_forecast("m", NOW + 3600)})
-    core.replan()
-    [planned] = [p for p in core.plan_view()["placements"] if p["model"] == "m"]
-    assert out == []
-    due = planned["not_before"]
-    clock[0] = due - 2 * CONFIG.decision_interval_s
+    cat, c = catalog(spec("m", 10 * GB)), cluster("a")
+    forecasts = {"m": surge_forecast("m", NOW + 3600)}
+    [timed] = plan(NOW, forecasts, [], cat, state(c), CONFIG)
+    core = SchedulerCore(catalog=cat, cluster=c, config=CONFIG, dispatch=out.extend, clock=lambda: clock[0])
+    core.set_signals(forecasts=forecasts)
     assert core.replan() == []
-    clock[0] = due - CONFIG.decision_interval_s / 2
+    clock[0] = timed.not_before - 2 * CONFIG.decision_interval_s
+    assert core.replan() == []
+    clock[0] = timed.not_before - CONFIG.decision_interval_s / 2
     [order] = core.replan()
-    assert (order.model, order.not_before) == ("m", due)
+    assert (order.id, order.model, order.not_before) == (timed.id, "m", timed.not_before)
     assert out == [order]
