@@ -227,10 +227,11 @@ class _Round:
     open_bets: set[tuple[str, str]] = field(default_factory=set)
     """(node, model) of prefetched copies still within their misprediction window."""
 
-    room_read: dict[str, bool] = field(default_factory=dict)
-    """The models whose candidate read free room (``_placement._crowded``): True where it read every
-    node's, False where only the holders'. An incremental round looks for their candidates again when
-    those books change."""
+    room_read: dict[str, Tier | None] = field(default_factory=dict)
+    """The models whose candidate read free room (``_placement._crowded``): None where only their
+    holders' books were read; where the holders were crowded, their closest tier, for which every
+    node's free room was read. An incremental round looks for their candidates again when what they
+    read changed."""
     lifetimes: dict[tuple[str, Tier], float] = field(default_factory=dict)
     """Per (node, tier), ``_placement._lifetime``: worked out from the node's report once a round."""
     keep_values: dict[tuple[str, Tier, tuple[float, ...]], float] = field(default_factory=dict)

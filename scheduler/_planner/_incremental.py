@@ -47,7 +47,14 @@ from scheduler._cluster import ClusterState, NodeState
 from scheduler._planner._book import _Book, _book_pending, _Books, _open_book, _Round
 from scheduler._planner._config import Plan, PlannerConfig
 from scheduler._planner._eviction import _cooldowns, _demote_mispredictions, _release_priced
-from scheduler._planner._placement import _best_candidate, _Candidate, _Failure, _payers, _place_all
+from scheduler._planner._placement import (
+    _best_candidate,
+    _Candidate,
+    _Failure,
+    _fits_free,
+    _payers,
+    _place_all,
+)
 from scheduler._planner._value import _Valuer
 from scheduler._planner._want import _Wants
 from scheduler._planner._wants import _wants, _WindowCache
@@ -72,7 +79,7 @@ class _Kept:
     gains: Mapping[str, Mapping[Tier, float]]
     valuer: _Valuer
     candidates: Mapping[str, list[_Candidate]]  # the models whose candidate was not empty
-    room_read: Mapping[str, bool]  # see _Round.room_read
+    room_read: Mapping[str, Tier | None]  # see _Round.room_read
     failed: Mapping[str, _Failure]  # the candidates deferred, with what they were deferred against
     keep_values: Mapping[tuple[str, Tier, tuple[float, ...]], float]  # see _Round.keep_values
     classes: list[list[str]]  # _Round.classes: the same while every node stays alike
@@ -187,16 +194,21 @@ def _incremental(
     _demote_mispredictions(rnd, cluster, judged)
     cooling = _cooldowns(cluster, now, config) | {model for _, model in rnd.mispredictions}
     changed = touched | moved | (cooling ^ kept.cooling) | rnd.moved
-    # A candidate that read free room depends on the books it read: every node's, or its holders'.
+    # A candidate that read free room depends on it: its holders', and where they were crowded, whether
+    # any other node has free room for it.
     changed |= {
         m
-        for m, every in kept.room_read.items()
-        if m in kept.candidates and ((every and reopen) or not reopen.isdisjoint(rnd.books.holders(m)))
+        for m, crowded in kept.room_read.items()
+        if m in kept.candidates
+        and (
+            not reopen.isdisjoint(rnd.books.holders(m))
+            or (crowded is not None and _room_changed(kept.opened, books, catalog[m].size_bytes, crowded))
+        )
     }
     # A candidate depends on the model's wants, its place on every node and its cool-down: where none
     # changed, the last round's is this round's (the same object, so ``_place_all`` can tell).
     candidates = {m: c for m, c in kept.candidates.items() if m not in changed and m in wants}
-    rnd.room_read = {m: every for m, every in kept.room_read.items() if m in candidates}
+    rnd.room_read = {m: crowded for m, crowded in kept.room_read.items() if m in candidates}
     for model in changed:
         model_wants = wants.get(model)
         if not model_wants:
@@ -226,6 +238,17 @@ def _incremental(
         loads={n: (rnd.books[n], load) for n, load in loads.items()},
     )
     return _plan_of(rnd, full=False)
+
+
+def _room_changed(old: Mapping[str, _Book], new: Mapping[str, _Book], size: int, crowded: Tier) -> bool:
+    """Whether a reopened node's free room for a copy of ``size`` bytes from L3 into ``crowded`` or a closer
+    tier (what ``_placement._best_candidate`` asks of every node for a crowded model) changed."""
+    tiers = [t for t in CACHE_TIERS if t.level <= crowded.level]
+    return any(
+        _fits_free(old[name], Tier.L3, t, size) != _fits_free(book, Tier.L3, t, size)
+        for name, book in new.items()
+        for t in tiers
+    )
 
 
 def _moved(old: _Book, new: _Book) -> set[str]:

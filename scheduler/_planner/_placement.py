@@ -84,7 +84,7 @@ def _best_candidate(rnd: _Round, spec: ModelSpec, wants: _Wants, cooling: set[st
     # costs what the resident saves, and the other node's room was idle.
     crowded = _crowded(rnd, spec, [c for _, _, c in per_node])
     if per_node and not wants.signalled(OrderReason.DEMAND):
-        rnd.room_read[spec.id] = crowded is not None
+        rnd.room_read[spec.id] = crowded
     if not per_node or crowded is not None:
         # Each class by one of its nodes that does not hold the model (holders are few).
         classes = [
