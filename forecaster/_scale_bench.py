@@ -217,7 +217,9 @@ def _digest(bundle: Any, uri: str, run_id: str | None, tmp: Path) -> str:
     header["summary"] = {k: v for k, v in header.get("summary", {}).items() if k not in _TIMING_SUMMARY}
     h.update(json.dumps(header, sort_keys=True).encode())
     if run_id is not None:
-        run = tracking_client(uri).get_run(run_id)
+        client = tracking_client(uri)
+        run = client.get_run(run_id)
         metrics = {k: v for k, v in run.data.metrics.items() if k not in _TIMING_METRICS}
         h.update(json.dumps({"params": run.data.params, "metrics": metrics}, sort_keys=True).encode())
+        h.update(Path(client.download_artifacts(run_id, "backtest/per_model.csv", str(tmp))).read_bytes())
     return h.hexdigest()

@@ -201,16 +201,16 @@ def _log_run(
     metrics = {f"agg.{k}": float(v) for k, v in aggregate.items() if _is_number(v)}
     for pattern, values in (aggregate.get("by_pattern") or {}).items():
         metrics.update({f"pattern.{pattern}.{k}": float(v) for k, v in values.items() if _is_number(v)})
-    if report is not None:
-        for model, values in report.per_model.items():
-            for key in ("brier", "brier_baseline", "brier_time_of_week", "poisson_deviance"):
-                metrics[f"model.{model}.{key}"] = float(values[key])
     metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}
     bundle_dir = bundle.save(tmp / "bundle")
     client.log_artifacts(run_id, str(bundle_dir), artifact_path="params")
     if report is not None:
         (tmp / "backtest.json").write_text(json.dumps(report.to_json(), indent=1, default=str))
         client.log_artifact(run_id, str(tmp / "backtest.json"), artifact_path="backtest")
+        # Each model's scores as one table, not as metrics: four a model made 40,000 metrics a run at
+        # 10,000 models (a file each in a file store, a row each in a database, unreadable in the UI).
+        _per_model_table(report).to_csv(tmp / "per_model.csv", index=False)
+        client.log_artifact(run_id, str(tmp / "per_model.csv"), artifact_path="backtest")
     for plot in plots or []:
         client.log_artifact(run_id, str(plot), artifact_path="backtest")
     version = _log_model(client, run_id, experiment_id, bundle, bundle_dir, texts, registered_model, tmp)
@@ -220,6 +220,25 @@ def _log_run(
         stamp = int(time.time() * 1000)
         client.log_batch(run_id, metrics=[Metric(k, v, stamp, 0) for k, v in metrics.items()])
     return version
+
+
+PER_MODEL_COLUMNS = (
+    "family_chosen",
+    "pattern",
+    "brier",
+    "brier_baseline",
+    "brier_time_of_week",
+    "brier_skill",
+    "poisson_deviance",
+    "poisson_deviance_baseline",
+)
+"""The columns of a retrain run's ``backtest/per_model.csv``, after ``model``."""
+
+
+def _per_model_table(report: BacktestReport) -> pd.DataFrame:
+    """One row a model of the backtest's scores (``PER_MODEL_COLUMNS``)."""
+    rows = [{"model": m, **{k: v.get(k) for k in PER_MODEL_COLUMNS}} for m, v in report.per_model.items()]
+    return pd.DataFrame(rows, columns=["model", *PER_MODEL_COLUMNS])
 
 
 def _log_model(

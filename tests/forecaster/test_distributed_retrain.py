@@ -62,11 +62,15 @@ def _same_idle(a: Any, b: Any) -> bool:
     )
 
 
-def _run_record(uri: str, run_id: str | None) -> tuple[dict[str, str], dict[str, float]]:
+def _run_record(uri: str, run_id: str | None, tmp: Path) -> tuple[dict[str, str], dict[str, float], bytes]:
+    """A run's params, metrics but its timing, and its table of per-model scores."""
     assert run_id is not None
-    run = tracking_client(uri).get_run(run_id)
+    client = tracking_client(uri)
+    run = client.get_run(run_id)
     metrics = {k: v for k, v in run.data.metrics.items() if k != "agg.fit_seconds"}  # a timing
-    return dict(run.data.params), metrics
+    tmp.mkdir()
+    table = Path(client.download_artifacts(run_id, "backtest/per_model.csv", str(tmp))).read_bytes()
+    return dict(run.data.params), metrics, table
 
 
 def test_chunked_retrain_selects_and_fits_exactly_what_one_pass_over_all_series_does(
@@ -109,11 +113,12 @@ def test_two_dask_workers_give_the_single_process_bundle_and_mlflow_run(
     assert pooled.engine["workers_peak_rss_bytes"] > 0
     assert _choices(pooled.bundle) == _choices(single.bundle)
     assert _same_idle(pooled.bundle.idle, single.bundle.idle)
-    params_one, metrics_one = _run_record(uri_one, single.run_id)
-    params_two, metrics_two = _run_record(uri_two, pooled.run_id)
+    params_one, metrics_one, table_one = _run_record(uri_one, single.run_id, tmp_path / "one-run")
+    params_two, metrics_two, table_two = _run_record(uri_two, pooled.run_id, tmp_path / "two-run")
     assert params_two == params_one
     assert metrics_two == metrics_one
-    assert len(metrics_one) > 4 * len(history.models)  # per-model metrics are in the comparison
+    assert table_two == table_one
+    assert table_one.count(b"\n") == 1 + len(history.models)  # every model's scores are compared
 
 
 @dataclass

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from forecaster import CHAMPION, ForecasterBundle, History, SelectionConfig, load_forecaster, retrain
+from forecaster._tracking import PER_MODEL_COLUMNS
 from prewarm import Settings, TrackingError, load_settings
 
 DAY = 86400
@@ -94,13 +95,18 @@ def test_retrain_run_has_params_metrics_json_and_plots(tmp_path: Path, history: 
     run = client.get_run(result.decision.run_id)
     assert run.data.params["models"] == "10"
     assert "agg.brier_skill" in run.data.metrics
-    assert f"model.{history.models[0]}.brier" in run.data.metrics
+    assert not any(k.startswith("model.") for k in run.data.metrics)  # per model: a table, not metrics
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "backtest")}
     assert {
         "backtest/reliability.png",
         "backtest/forecast_vs_actual.png",
         "backtest/backtest.json",
+        "backtest/per_model.csv",
     } <= artifacts
+    table = pd.read_csv(client.download_artifacts(run.info.run_id, "backtest/per_model.csv", str(tmp_path)))
+    assert list(table.columns) == ["model", *PER_MODEL_COLUMNS]
+    assert sorted(table["model"]) == sorted(history.models)
+    assert table["brier"].notna().all()
     params = {a.path for a in client.list_artifacts(run.info.run_id, "params")}
     assert {"params/bundle.json", "params/params.jsonl"} <= params
     local = load_forecaster(f"models:/{settings.forecast.registered_model}@{CHAMPION}", tracking_uri=uri)
