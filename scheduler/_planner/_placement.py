@@ -308,9 +308,9 @@ def _lifetime(rnd: _Round, book: _Book, tier: Tier) -> float:
     The LRU gives up a copy nothing has used once the loads after it have filled the tier. So the tier's
     capacity over the rate bytes are loaded into it: measured over the time its least recently used copy
     has gone unused, by the copies loaded in that time that are still there (those already given up are
-    not seen: the rate is a floor, the lifetime a ceiling). On a busy cluster that is a minute or two of
-    host memory, and prefetches made for ten-minute windows were mostly evicted unused before their
-    request came; a tier that is filling slowly, or not at all, keeps a copy for hours.
+    not seen: the rate is a floor, the lifetime a ceiling). On a saturated cluster that is seconds of
+    GPU memory and a minute or two of host memory, where most prefetches were evicted unused before
+    their request came; a tier that is filling slowly, or not at all, keeps a copy for hours.
     """
     key = (book.node.name, tier)
     known = rnd.lifetimes.get(key)
