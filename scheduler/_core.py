@@ -236,7 +236,9 @@ class SchedulerCore:
         )
         touched = None if full else set(self._touched)
         self._touched.clear()
-        # Orders are committed to only by the round before they are due (``plan_detailed``'s commit_by).
+        # Orders are committed to only a round or two before they are due (``plan_detailed``'s commit_by):
+        # two, so that one that falls due just after the next round, or in a round that comes late, still
+        # goes out on time.
         result = plan_detailed(
             now,
             self._forecasts,
@@ -246,7 +248,7 @@ class SchedulerCore:
             self.config,
             memo=self._memo,
             touched=touched,
-            commit_by=now + self.config.decision_interval_s,
+            commit_by=now + 2 * self.config.decision_interval_s,
         )
         _ROUNDS.labels("full" if result.full else "incremental").inc()
         self._last, self._last_at = result, now

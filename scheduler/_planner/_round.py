@@ -62,7 +62,7 @@ def plan_detailed(
     """``plan`` with its reasoning: placements, deferred candidates and counted mispredictions.
 
     ``commit_by``: place only the candidates due to start by then, for a caller that plans again before
-    the others are due (``SchedulerCore``: by the next round). A later one is an intention the next
+    the others are due (``SchedulerCore``: two rounds ahead). A later one is an intention the next
     rounds make again from the state then, not an order: demand loads the planner does not order may
     take the room it would count on meanwhile, and an order once out is carried out when it is due.
     Candidates are placed soonest first, so this changes no order due by then. None: every candidate.

@@ -346,10 +346,10 @@ def test_no_speculative_copy_goes_where_requests_would_evict_it_before_its_windo
     assert [(o.model, o.action, o.tier) for o in orders] == [("big", OrderAction.PREFETCH, tier)]
 
 
-def test_the_scheduler_core_hands_out_an_order_only_in_the_round_before_it_is_due() -> None:
+def test_the_scheduler_core_hands_out_an_order_only_in_the_rounds_just_before_it_is_due() -> None:
     # A prefetch planned an hour ahead is not committed to: requests the planner does not order may
-    # take the room it counted on meanwhile. Each round plans it again, and the one before it is due
-    # hands it out, as the order a round planning every candidate times for then.
+    # take the room it counted on meanwhile. Each round plans it again, and one of the two rounds before
+    # it is due hands it out, as the order a round planning every candidate times for then.
     clock = [NOW]
     out: list[Order] = []
     cat, c = catalog(spec("m", 10 * GB)), cluster("a")
@@ -358,9 +358,9 @@ def test_the_scheduler_core_hands_out_an_order_only_in_the_round_before_it_is_du
     core = SchedulerCore(catalog=cat, cluster=c, config=CONFIG, dispatch=out.extend, clock=lambda: clock[0])
     core.set_signals(forecasts=forecasts)
     assert core.replan() == []
-    clock[0] = timed.not_before - 2 * CONFIG.decision_interval_s
+    clock[0] = timed.not_before - 3 * CONFIG.decision_interval_s
     assert core.replan() == []
-    clock[0] = timed.not_before - CONFIG.decision_interval_s / 2
+    clock[0] = timed.not_before - 1.5 * CONFIG.decision_interval_s
     [order] = core.replan()
     assert (order.id, order.model, order.not_before) == (timed.id, "m", timed.not_before)
     assert out == [order]
