@@ -118,12 +118,15 @@ def test_the_scheduler_exports_each_node_s_report_age_tier_fill_and_idle_prefetc
 def test_a_forecast_prefetch_records_the_lead_it_was_planned_with() -> None:
     clock = Clock()
     scheduler, sent = core(clock)
-    # chat-7b is surely wanted from 20 minutes on: a prefetch ordered to land before then.
+    # chat-7b is surely wanted from 20 minutes on: a prefetch ordered to land before then, handed out by
+    # a round shortly before it is due (the rounds before plan it without committing to it).
     buckets = 12
     expected = np.array([0.0, 0.0] + [50.0] * (buckets - 2))
     p_any = np.array([0.0, 0.0] + [0.999] * (buckets - 2))
     forecast = ModelForecast("chat-7b", clock.t, 600, expected, p_any, "test")
     scheduler.set_signals(forecasts={"chat-7b": forecast})
+    assert scheduler.replan() == []
+    clock.t += 18 * 60
     with (
         metric_delta(
             "prewarm_scheduler_prefetch_planned_lead_seconds_count", {"reason": "forecast"}
