@@ -12,11 +12,11 @@ it and what the tracking imports, whatever the number of workers) is timed apart
 deployment that retrains daily keeps its cluster (or its process), and ``engine_start_seconds`` says
 what a cold one adds. ``cpu_seconds`` is the CPU of the same processes during the retrain.
 
-Every run's throw-away store stays until the last run is done: a store holds about four files a model
-(one per per-model metric), and on a file system that will not reuse an inode freed in the last minutes
-(ext4 without a journal, as on the 2-core VM the figures come from: the kernel's ``recently_deleted``
-check) a run creating its store within a minute or so of the run before deleting its own paid ~0.5 ms a
-file in the kernel: 5-6 s of the second run's tracking at 3,000 models, whatever its worker count.
+Every run's throw-away store stays until the last run is done: on a file system that will not reuse an
+inode freed in the last minutes (ext4 without a journal, as on the 2-core VM the figures come from: the
+kernel's ``recently_deleted`` check), a run creating its store within a minute or so of the run before
+deleting its own paid ~0.5 ms a file in the kernel. When a store held four metric files a model (before
+the per-model scores became one table) that was 5-6 s of the second run's tracking at 3,000 models.
 """
 
 from __future__ import annotations

@@ -225,49 +225,56 @@ def _tier_key(c: _Candidate) -> tuple[bool, float, float, int]:
 
 
 def _place(rnd: _Round, cand: _Candidate) -> None:
-    book = rnd.books[cand.node]
     spec = cand.spec
     value = _INF if cand.want.demand else cand.value
     # Try the target, then each tier one step farther that is still closer than where the model is; none
     # for a model demoted this round to make room for something worth more: fetching it back would thrash.
     tier: Tier | None = None if spec.id in rnd.moved else cand.tier
     while tier is not None and tier.level < cand.frm.level:
-        worth = _worth_there(rnd, book, cand, tier)
+        worth = _worth_there(rnd, rnd.books[cand.node], cand, tier)
         if worth is None:
             break  # a speculative fallback must still be worth its cost; a waiting request takes any tier
-        if worth:
-            trial = book.copy()
-            moves: list[tuple[str, Tier, Tier]] = []
-            path = [t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level]
-            fits = all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path)
-            if fits and tier is Tier.L0 and not cand.want.demand:
-                # Only GPU memory: reserving host memory the same way (measured) dropped more useful L1
-                # prefetches than wasted ones, and a 20 s disk reload is worth the risk of a miss there.
-                # Compared on the last hop alone, as the waiting model's worth is: the candidate's value
-                # also counts the hops from disk, which the waiting model has already made.
-                last_hop = rnd.valuer.net(spec, cand.want, book.node, Tier.L1, Tier.L0)
-                reserve = _reserve(rnd, trial, Tier.L0, last_hop, spec.id)
-                if reserve:
-                    after = trial.copy()
-                    after.put_l0(spec.id, _Entry(spec.id, spec.size_bytes, value, True))
-                    fits = after.fits(Tier.L0, reserve)
-            if fits:
-                gpus: tuple[int, ...] = ()
-                for t in path:
-                    entry = _Entry(spec.id, spec.size_bytes, value, True)
-                    if t is Tier.L0:
-                        gpus = trial.placement(spec.size_bytes) or ()
-                        trial.put_l0(spec.id, entry, gpus)
-                    else:
-                        trial.put(t, spec.id, entry)
-                rnd.books[cand.node] = trial
-                _emit_placement(rnd, cand, tier, moves, tuple(trial.gpu_ids(gpus)))
-                return
+        if worth and _place_in(rnd, cand, tier, value):
+            return
         nxt = tier.farther()
         tier = nxt if nxt in CACHE_TIERS else None
     rnd.deferred.append(
         Placement(spec.id, cand.node, cand.tier, cand.want.reason, cand.not_before, cand.want.t1, value)
     )
+
+
+def _place_in(rnd: _Round, cand: _Candidate, tier: Tier, value: float) -> bool:
+    """Place ``cand`` in ``tier`` of its node, making room there, and emit its orders; False (nothing
+    changed) when the room cannot be made."""
+    book, spec = rnd.books[cand.node], cand.spec
+    trial = book.copy()
+    moves: list[tuple[str, Tier, Tier]] = []
+    path = [t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level]
+    if not all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path):
+        return False
+    if tier is Tier.L0 and not cand.want.demand:
+        # Only GPU memory: reserving host memory the same way (measured) dropped more useful L1
+        # prefetches than wasted ones, and a 20 s disk reload is worth the risk of a miss there.
+        # Compared on the last hop alone, as the waiting model's worth is: the candidate's value
+        # also counts the hops from disk, which the waiting model has already made.
+        last_hop = rnd.valuer.net(spec, cand.want, book.node, Tier.L1, Tier.L0)
+        reserve = _reserve(rnd, trial, Tier.L0, last_hop, spec.id)
+        if reserve:
+            after = trial.copy()
+            after.put_l0(spec.id, _Entry(spec.id, spec.size_bytes, value, True))
+            if not after.fits(Tier.L0, reserve):
+                return False
+    gpus: tuple[int, ...] = ()
+    for t in path:
+        entry = _Entry(spec.id, spec.size_bytes, value, True)
+        if t is Tier.L0:
+            gpus = trial.placement(spec.size_bytes) or ()
+            trial.put_l0(spec.id, entry, gpus)
+        else:
+            trial.put(t, spec.id, entry)
+    rnd.books[cand.node] = trial
+    _emit_placement(rnd, cand, tier, moves, tuple(trial.gpu_ids(gpus)))
+    return True
 
 
 def _worth_there(rnd: _Round, book: _Book, cand: _Candidate, tier: Tier) -> bool | None:

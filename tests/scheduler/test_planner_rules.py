@@ -20,6 +20,7 @@ from scheduler_builders import (
 )
 
 from forecaster import ModelForecast
+from models import Catalog
 from prewarm import Order, OrderAction, OrderReason, Tier
 from scheduler import DEMAND_SOURCE, ClusterState, PlannerConfig, SchedulerCore, plan, plan_detailed
 
@@ -293,35 +294,32 @@ def test_the_scheduler_core_keeps_when_each_prefetch_was_predicted_for_the_next_
         assert any(o.reason is OrderReason.MISPREDICTION for o in fresh) is mispredicted
 
 
-def test_a_speculative_copy_goes_to_free_room_rather_than_demote_on_the_node_that_stages_it() -> None:
-    # "next" is staged on a's disk, where its GPU holds a model still worth keeping; b's GPU is idle.
-    # Loading from a's disk would save hops, at the price of demoting "kept", which nothing needed.
+def staged_beside_a_kept_model() -> tuple[Catalog, ClusterState]:
+    """Nodes a and b: "next" is staged on a's disk, where the GPU holds "kept", used half an hour ago
+    and still worth keeping (it would have to be demoted to make room); b is empty."""
     kept = resident("kept", 60 * GB, loaded_at=NOW - 3600, last_used=NOW - 1800)
     staged = resident("next", 40 * GB, loaded_at=NOW - 3600)
     reports = [
         report("a", {Tier.L0: [kept], Tier.L1: [kept], Tier.L2: [kept, staged]}, capacity=CAP),
         report("b", {}, capacity=CAP),
     ]
-    cat = catalog(spec("kept", 60 * GB), spec("next", 40 * GB))
+    return catalog(spec("kept", 60 * GB), spec("next", 40 * GB)), state(cluster("a", "b"), *reports)
+
+
+def test_a_speculative_copy_goes_to_free_room_rather_than_demote_on_the_node_that_stages_it() -> None:
+    # Loading from a's disk would save hops, at the price of demoting "kept", which nothing needed.
+    cat, world = staged_beside_a_kept_model()
     forecasts = {"kept": flat_forecast("kept", 0.02), "next": surge_forecast("next", NOW + 1200)}
-    orders = plan(NOW, forecasts, [], cat, state(cluster("a", "b"), *reports), CONFIG)
+    orders = plan(NOW, forecasts, [], cat, world, CONFIG)
     assert [(o.model, o.action, o.node, o.tier) for o in orders] == [
         ("next", OrderAction.PREFETCH, "b", Tier.L0)
     ]
 
 
 def test_a_waiting_request_still_loads_from_the_closest_copy_and_makes_room_there() -> None:
-    kept = resident("kept", 60 * GB, loaded_at=NOW - 3600, last_used=NOW - 1800)
-    staged = resident("next", 40 * GB, loaded_at=NOW - 3600)
-    reports = [
-        report("a", {Tier.L0: [kept], Tier.L1: [kept], Tier.L2: [kept, staged]}, capacity=CAP),
-        report("b", {}, capacity=CAP),
-    ]
-    cat = catalog(spec("kept", 60 * GB), spec("next", 40 * GB))
+    cat, world = staged_beside_a_kept_model()
     waiting = [hint("next", source=DEMAND_SOURCE)]
-    orders = plan(
-        NOW, {"kept": flat_forecast("kept", 0.02)}, waiting, cat, state(cluster("a", "b"), *reports), CONFIG
-    )
+    orders = plan(NOW, {"kept": flat_forecast("kept", 0.02)}, waiting, cat, world, CONFIG)
     assert [(o.model, o.action, o.node) for o in orders] == [
         ("kept", OrderAction.DEMOTE, "a"),
         ("next", OrderAction.PREFETCH, "a"),
