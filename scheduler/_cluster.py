@@ -25,6 +25,7 @@ from prewarm import (
     ConfigError,
     ExecutorState,
     Order,
+    OrderAction,
     ResidentModel,
     Tier,
 )
@@ -32,6 +33,7 @@ from prewarm import (
 __all__ = [
     "Cluster",
     "ClusterState",
+    "Departures",
     "NodeSpec",
     "NodeState",
 ]
@@ -135,6 +137,9 @@ class NodeState:
     """The node's index of each GPU of ``gpus`` (what ``Order.gpus`` and ``ResidentModel.gpus`` name)."""
     gpu_used: tuple[int, ...] = ()
     """Bytes in use on each GPU of ``gpus`` as the node reports them; empty when it does not say."""
+    unused_for: Mapping[Tier, tuple[float, ...]] = field(default_factory=dict)
+    """Per tier, how long the copies that left it lately without an order had gone unused (``Departures``):
+    how long the executor's LRU keeps a copy nothing uses, measured rather than guessed."""
 
     def residents(self, tier: Tier) -> tuple[ResidentModel, ...]:
         return self.resident.get(tier, ())
@@ -249,3 +254,62 @@ def _gpus(
     scaled = [g * l0 // total for g in base.gpus]
     scaled[0] += l0 - sum(scaled)  # rounding: the shares add up to the reported budget
     return tuple(scaled), base.gpu_ids, ()
+
+
+class Departures:
+    """How long copies go unused before a node's executor gives them up on its own, per tier.
+
+    A copy in one report and gone from the next, with no demotion or eviction ordered for it that may
+    have been carried out in between (``ordered``), was given up by the executor's LRU to make room for
+    a load: it had gone unused since its last use (or its load) until about halfway between the two
+    reports. The latest ``keep`` such ages within ``horizon_s`` of the newest report are kept. They are
+    what a copy loaded now and then left unused can expect to last, which a snapshot of one report
+    cannot tell: there, copies that requests keep using look like room that is never needed.
+    """
+
+    def __init__(self, *, keep: int = 16, horizon_s: float = 3600.0) -> None:
+        self._keep = keep
+        self._horizon_s = horizon_s
+        self._ages: dict[str, dict[Tier, list[tuple[float, float]]]] = {}  # node -> tier -> (left at, age)
+        self._orders: dict[
+            str, dict[str, list[tuple[float, float]]]
+        ] = {}  # node -> model -> (not before, deadline)
+
+    def ordered(self, order: Order) -> None:
+        """Note an order: a demotion or eviction takes its copies away by order, not by the LRU."""
+        if order.action is not OrderAction.PREFETCH:
+            windows = self._orders.setdefault(order.node, {}).setdefault(order.model, [])
+            windows.append((order.not_before, order.deadline))
+
+    def observe(self, before: ExecutorState, after: ExecutorState) -> None:
+        """Note the copies ``before`` lists and ``after`` does not."""
+        orders = self._orders.get(after.node, {})
+        for model, windows in list(orders.items()):
+            # One carried out or expired before ``before`` explains nothing from now on.
+            windows[:] = [w for w in windows if w[1] >= before.at]
+            if not windows:
+                del orders[model]
+        left_at = (before.at + after.at) / 2
+        per_tier = self._ages.setdefault(after.node, {})
+        for state in before.tiers:
+            if state.tier not in (Tier.L0, Tier.L1):
+                continue
+            now = after.tier(state.tier)
+            still = {r.model for r in now.resident} if now is not None else set()
+            ages = per_tier.setdefault(state.tier, [])
+            for r in state.resident:
+                since = r.last_used if r.last_used is not None else r.loaded_at
+                if r.model in still or since is None:
+                    continue
+                if any(not_before <= after.at for not_before, _ in orders.get(r.model, ())):
+                    continue  # ordered away
+                ages.append((left_at, max(left_at - since, 0.0)))
+            del ages[: max(len(ages) - self._keep, 0)]
+
+    def of(self, node: str, now: float) -> dict[Tier, tuple[float, ...]]:
+        """The ages kept for ``node``, per tier, those within ``horizon_s`` of ``now``."""
+        return {
+            tier: kept
+            for tier, ages in self._ages.get(node, {}).items()
+            if (kept := tuple(age for at, age in ages if now - at <= self._horizon_s))
+        }

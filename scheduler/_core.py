@@ -16,6 +16,7 @@ can tell which nodes changed.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,7 +40,7 @@ from prewarm import (
     histogram,
 )
 from scheduler import _metrics
-from scheduler._cluster import Cluster, ClusterState, NodeState
+from scheduler._cluster import Cluster, ClusterState, Departures, NodeState
 from scheduler._planner import Plan, PlannerConfig, PlannerMemo, plan_detailed
 
 __all__ = ["SchedulerCore"]
@@ -111,6 +112,7 @@ class SchedulerCore:
         self._touched: set[str] = set()  # models whose signals changed since the last round
         self._unsettled: set[str] = set()  # ids of the known orders not settled yet
         self._predicted: dict[str, float] = {}  # a known prefetch's predicted demand, by order id
+        self._departures = Departures()  # how long copies went unused before the executors gave them up
 
     # ------------------------------------------------------------------ inputs
 
@@ -150,6 +152,7 @@ class SchedulerCore:
             for order in orders:
                 if order.id not in self._known:
                     self._known[order.id] = _Known(order, settled=False)
+                    self._departures.ordered(order)
                     self._unsettled.add(order.id)
 
     def set_signals(
@@ -207,8 +210,12 @@ class SchedulerCore:
         current = self._reports.get(report.node)
         if current is not None and current.at > report.at:
             return False
+        if current is not None:
+            self._departures.observe(current, report)
         self._reports[report.node] = report
-        self._nodes[report.node] = ClusterState.merge(self.cluster, {report.node: report}).nodes[report.node]
+        node = ClusterState.merge(self.cluster, {report.node: report}).nodes[report.node]
+        unused_for = self._departures.of(report.node, report.at)
+        self._nodes[report.node] = dataclasses.replace(node, unused_for=unused_for) if unused_for else node
         return True
 
     # ------------------------------------------------------------------ planning
@@ -256,6 +263,7 @@ class SchedulerCore:
         for order in fresh:
             predicted = result.predicted.get(order.id)
             self._known[order.id] = _Known(order, settled=False, predicted=predicted)
+            self._departures.ordered(order)
             self._unsettled.add(order.id)
             if predicted is not None:
                 self._predicted[order.id] = predicted

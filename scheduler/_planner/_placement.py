@@ -9,6 +9,7 @@ is deferred to a later round.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -312,12 +313,14 @@ def _lifetime(rnd: _Round, book: _Book, tier: Tier) -> float:
     """How long a copy loaded into ``tier`` of ``book``'s node now stays there unused before the
     executor's LRU gives it up to loads the planner does not order (requests).
 
-    The LRU gives up a copy nothing has used once the loads after it have filled the tier. So the tier's
-    capacity over the rate bytes are loaded into it: measured over the time its least recently used copy
-    has gone unused, by the copies loaded in that time that are still there (those already given up are
-    not seen: the rate is a floor, the lifetime a ceiling). On a saturated cluster that is seconds of
-    GPU memory and a minute or two of host memory, where most prefetches were evicted unused before
-    their request came; a tier that is filling slowly, or not at all, keeps a copy for hours.
+    As long as the copies the LRU gave up lately had gone unused (``NodeState.unused_for``, their
+    median), and no less than the least recently used copy there has gone unused now (when loads stop,
+    nothing is given up, and that age grows). Where the node has given up nothing lately, it is guessed
+    from the tier as it is: the least recently used copy's unused time, plus the time the loads within
+    it would take to fill the free room (the load rate read from the copies still there, a floor). On a
+    saturated cluster that is seconds to minutes of GPU memory and a minute or two of host memory, where
+    most prefetches were evicted unused before their request came; a tier that is filling slowly, or
+    not at all, keeps a copy for hours.
     """
     key = (book.node.name, tier)
     known = rnd.lifetimes.get(key)
@@ -326,8 +329,14 @@ def _lifetime(rnd: _Round, book: _Book, tier: Tier) -> float:
         residents = node.residents(tier)
         times = [t for r in residents if r.pins == 0 and (t := r.last_used or r.loaded_at) is not None]
         age = now - min(times, default=now)
-        loaded = sum(r.bytes for r in residents if r.loaded_at is not None and r.loaded_at >= now - age)
-        known = rnd.lifetimes[key] = age * node.capacity.get(tier, 0) / loaded if loaded > 0 else _INF
+        given_up = node.unused_for.get(tier)
+        if given_up:
+            known = max(statistics.median(given_up), age)
+        else:
+            loaded = sum(r.bytes for r in residents if r.loaded_at is not None and r.loaded_at >= now - age)
+            free = max(node.capacity.get(tier, 0) - sum(r.bytes for r in residents), 0)
+            known = age * (loaded + free) / loaded if loaded > 0 else _INF
+        rnd.lifetimes[key] = known
     return known
 
 

@@ -21,8 +21,16 @@ from scheduler_builders import (
 
 from forecaster import ModelForecast
 from models import Catalog
-from prewarm import Order, OrderAction, OrderReason, Tier
-from scheduler import DEMAND_SOURCE, ClusterState, PlannerConfig, SchedulerCore, plan, plan_detailed
+from prewarm import ExecutorState, Order, OrderAction, OrderReason, Tier
+from scheduler import (
+    DEMAND_SOURCE,
+    ClusterState,
+    Departures,
+    PlannerConfig,
+    SchedulerCore,
+    plan,
+    plan_detailed,
+)
 
 CONFIG = PlannerConfig()
 CAP = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
@@ -362,3 +370,54 @@ def test_the_scheduler_core_hands_out_an_order_only_in_the_rounds_just_before_it
     [order] = core.replan()
     assert (order.id, order.model, order.not_before) == (timed.id, "m", timed.not_before)
     assert out == [order]
+
+
+def test_departures_keep_how_long_each_copy_the_executor_gave_up_had_gone_unused() -> None:
+    # Between two reports a minute apart, "lru" left host memory with no order: it had gone unused
+    # since 120 s before the second report, and left about halfway between them (90 s unused). "told"
+    # left by a demotion the planner ordered; "stays" did not leave; L2 is not a tier the LRU rule reads.
+    lru = resident("lru", 10 * GB, loaded_at=NOW - 300, last_used=NOW - 120)
+    told = resident("told", 10 * GB, loaded_at=NOW - 300, last_used=NOW - 600)
+    stays = resident("stays", 10 * GB, loaded_at=NOW - 300)
+    before = report("a", {Tier.L1: [lru, told, stays], Tier.L2: [lru]}, capacity=CAP, at=NOW - 60)
+    after = report("a", {Tier.L1: [stays]}, capacity=CAP)
+    departures = Departures(keep=2, horizon_s=600.0)
+    departures.ordered(prefetch("told", Tier.L2, NOW - 30).model_copy(update={"action": OrderAction.DEMOTE}))
+    departures.observe(before, after)
+    assert departures.of("a", NOW) == {Tier.L1: (90.0,)}
+    # The latest ``keep`` are kept, and only those within ``horizon_s`` of the time asked about: "lru"
+    # seen leaving again 90 s and 150 s after NOW, 210 s and 270 s after its last use.
+    for minutes in (1, 2):
+        later = report("a", {Tier.L1: [lru]}, capacity=CAP, at=NOW + 60 * minutes)
+        departures.observe(later, report("a", {}, capacity=CAP, at=NOW + 60 * minutes + 60))
+    assert departures.of("a", NOW + 180) == {Tier.L1: (210.0, 270.0)}
+    assert departures.of("a", NOW + 10_000) == {}
+    assert departures.of("b", NOW) == {}
+
+
+def test_a_tier_whose_executor_gives_up_unused_copies_within_minutes_gets_no_speculative_copy() -> None:
+    # Host memory half full of two copies that requests use all the time: one report alone says
+    # nothing is loaded there, so a copy would stay for hours, and "big" is staged there for its
+    # window five minutes ahead. Seen from two reports, the executor gave up a third copy 90 s after
+    # its last use: the scheduler core stages "big" on disk instead, where it stays.
+    hot = [resident(f"hot{i}", 50 * GB, loaded_at=NOW - 7200, last_used=NOW - 30) for i in range(2)]
+    gone = resident("gone", 50 * GB, loaded_at=NOW - 200, last_used=NOW - 120)
+    before = report("a", {Tier.L1: [*hot, gone], Tier.L2: [*hot, gone]}, capacity=CAP, at=NOW - 60)
+    after = report("a", {Tier.L1: hot, Tier.L2: [*hot, gone]}, capacity=CAP)
+    cat = catalog(*(spec(r.model, r.bytes) for r in (*hot, gone)), spec("big", 100 * GB))
+
+    def first_order(*reports: ExecutorState) -> tuple[str, OrderAction, Tier]:
+        clock, out = [NOW], list[Order]()
+        core = SchedulerCore(
+            catalog=cat, cluster=cluster("a"), config=CONFIG, dispatch=out.extend, clock=lambda: clock[0]
+        )
+        core.set_signals(forecasts={"big": surge_forecast("big", NOW + 300)})
+        for r in reports:
+            core.observe(r)
+        while not out and clock[0] < NOW + 300:
+            core.replan()
+            clock[0] += 30
+        return (out[0].model, out[0].action, out[0].tier)
+
+    assert first_order(after) == ("big", OrderAction.PREFETCH, Tier.L1)
+    assert first_order(before, after) == ("big", OrderAction.PREFETCH, Tier.L2)
