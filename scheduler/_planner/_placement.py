@@ -299,14 +299,22 @@ def _worth_there(rnd: _Round, book: _Book, cand: _Candidate, tier: Tier) -> bool
 
 def _lasting(rnd: _Round, book: _Book, tier: Tier, want: _Want, lead: float) -> _Want:
     """``want`` with its chance cut to the part of its window that a copy loaded into ``tier`` for it is
-    still there, unused, to serve (the request taken as equally likely anywhere in the window); ``want``
-    itself when the copy lasts the window (``_lifetime``)."""
+    still there, unused, to serve; ``want`` itself when the copy lasts the window (``_lifetime``).
+
+    A forecast's window is one of requests arriving at a rate: the chance that none comes in a part of
+    it is the chance that none comes in all of it to the power of that part. So a busy model's copy
+    that lasts a third of its window serves a request more often than not. A hint's window is a
+    deadline, not a rate: its request is taken as equally likely anywhere in it.
+    """
     landing = max(rnd.now, want.t0 - lead) + lead
     until = landing + _lifetime(rnd, book, tier) - want.t0  # how much of the window the copy is there for
     span = want.t1 - want.t0
     if until >= span:
         return want
-    return want._replace(p=want.p * max(until, 0.0) / span if span > 0 else 0.0)
+    part = max(until, 0.0) / span if span > 0 else 0.0
+    if want.reason is OrderReason.FORECAST and want.p < 1.0:
+        return want._replace(p=1.0 - (1.0 - want.p) ** part)
+    return want._replace(p=want.p * part)
 
 
 def _lifetime(rnd: _Round, book: _Book, tier: Tier) -> float:
