@@ -27,12 +27,14 @@ from forecaster import ModelForecast
 from models import Catalog
 from prewarm import (
     CACHE_TIERS,
+    DEMAND_SOURCE,
     ExecutorState,
     Hint,
     Order,
     OrderAction,
     OrderReason,
     Tier,
+    TopLabels,
     UnknownModel,
     counter,
     gauge,
@@ -42,6 +44,7 @@ from prewarm import (
 from scheduler import _metrics
 from scheduler._cluster import Cluster, ClusterState, Departures, NodeState
 from scheduler._planner import Plan, PlannerConfig, PlannerMemo, plan_detailed
+from scheduler._trust import HintTrust
 
 __all__ = ["SchedulerCore"]
 
@@ -65,6 +68,12 @@ _ROUNDS = counter(
 )
 _DEFERRED = gauge("prewarm_scheduler_deferred_models", "Prefetches worth doing that wait for room.")
 _HINTS_ACTIVE = gauge("prewarm_scheduler_hints_active", "Hints whose window has not passed.")
+_HINT_TRUST = gauge(
+    "prewarm_scheduler_hint_trust",
+    "Share of a source's judged hints whose model was asked for within the hint's window.",
+    ["source"],
+)
+_SOURCE_LABEL = TopLabels()  # hint sources are named by clients: the first few get a series of their own
 
 
 @dataclass(frozen=True)
@@ -113,6 +122,7 @@ class SchedulerCore:
         self._unsettled: set[str] = set()  # ids of the known orders not settled yet
         self._predicted: dict[str, float] = {}  # a known prefetch's predicted demand, by order id
         self._departures = Departures()  # how long copies went unused before the executors gave them up
+        self._trust = HintTrust(skip_source=DEMAND_SOURCE)  # how far each source's hints come true
 
     # ------------------------------------------------------------------ inputs
 
@@ -131,6 +141,7 @@ class SchedulerCore:
             if len(self._hints) >= self._max_hints:
                 self._hints.pop(0)  # the oldest goes first: a flood cannot grow memory without bound
             self._hints.append(stamped)
+            self._trust.hinted(stamped)
             self._touched.add(hint.model)
             orders = self._replan_locked(now, incremental=True)
         return stamped, [o for o in orders if o.model == hint.model]
@@ -148,6 +159,7 @@ class SchedulerCore:
                 fresh = (hint.model, hint.source, hint.received_at) not in known
                 if fresh and hint.live(now) and hint.model in self.catalog:
                     self._hints.append(hint)
+                    self._trust.hinted(hint)
                     self._touched.add(hint.model)
             for order in orders:
                 if order.id not in self._known:
@@ -174,6 +186,9 @@ class SchedulerCore:
                     after.setdefault(h.model, []).append(h)
                 self._touched |= {m for m in before.keys() | after.keys() if before.get(m) != after.get(m)}
                 self._demand = demand
+                now = self._clock()
+                for h in demand:
+                    self._trusted_anew(self._trust.used(h.model, h.received_at or now))
 
     def add_demand(self, demand: Sequence[Hint]) -> list[Order]:
         """Replace the demand hints and plan what changed at once (an incremental round); the new
@@ -213,10 +228,22 @@ class SchedulerCore:
         if current is not None:
             self._departures.observe(current, report)
         self._reports[report.node] = report
+        for state in report.tiers:
+            for r in state.resident:
+                if r.last_used is not None:
+                    self._trusted_anew(self._trust.used(r.model, r.last_used))
         node = ClusterState.merge(self.cluster, {report.node: report}).nodes[report.node]
         unused_for = self._departures.of(report.node, report.at)
         self._nodes[report.node] = dataclasses.replace(node, unused_for=unused_for) if unused_for else node
         return True
+
+    def _trusted_anew(self, sources: set[str]) -> None:
+        """The record of ``sources`` changed: the models they hint at are planned again."""
+        if sources:
+            self._touched |= {h.model for h in self._hints if h.source in sources}
+            for source, (kept, judged) in self._trust.records().items():
+                if source in sources:
+                    _HINT_TRUST.labels(_SOURCE_LABEL(source)).set(kept / judged)
 
     # ------------------------------------------------------------------ planning
 
@@ -229,8 +256,12 @@ class SchedulerCore:
         started = time.perf_counter()
         full = not (incremental and self._incremental)
         self._settle(now, prune=full)
+        self._trusted_anew(self._trust.judge(now))
         every = (*self._hints, *self._demand)
-        hints = [h for h in every if h.live(now)]
+        hints = [
+            *self._trust.scaled(h for h in self._hints if h.live(now)),
+            *(h for h in self._demand if h.live(now)),
+        ]
         if self._last_at is not None:
             # A hint that lapsed since the last round changes its model's wants: that model is touched.
             self._touched |= {h.model for h in every if not h.live(now) and h.live(self._last_at)}

@@ -1,0 +1,117 @@
+"""How far each hint source's hints come true, learned from what the cluster then serves.
+
+A hint says a model will be asked for within its window (``Hint.expected_at`` to ``Hint.expires_at``).
+The scheduler sees whether it was: a request waiting for the model (a demand signal), or a copy of it
+used (``ResidentModel.last_used`` in a node's report), inside the window. A product page that announces
+sessions which never come would otherwise be trusted at its word forever, and every false alarm is a
+prefetch that serves nothing.
+
+A hint's chance is its own ``confidence`` times its source's record for the model: the hints that came
+true out of those judged, shrunk toward the source's record over all its models, and that toward full
+trust, each by ``prior`` hints' worth (a new source, or a model a source has not hinted before, is taken
+at its word until its hints say otherwise). Demand signals are requests, not hints, and are not judged.
+The record lives in the scheduler's memory: a restarted scheduler starts trusting again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prewarm import Hint
+
+__all__ = ["HintTrust"]
+
+
+@dataclass
+class _Record:
+    kept: float = 0.0
+    judged: float = 0.0
+
+
+class HintTrust:
+    """Per (source, model) and per source, how many judged hints came true; ``scaled`` applies it."""
+
+    def __init__(self, *, prior: float = 4.0, skip_source: str = "") -> None:
+        self._prior = prior
+        self._skip = skip_source
+        self._open: dict[str, list[Hint]] = {}  # model -> hints not judged yet
+        self._used: dict[str, float] = {}  # model -> latest use seen
+        self._by_model: dict[tuple[str, str], _Record] = {}
+        self._by_source: dict[str, _Record] = {}
+
+    def hinted(self, hint: Hint) -> None:
+        """A hint to judge once its window is over (or once its model is used inside it)."""
+        if hint.source != self._skip and hint.received_at is not None:
+            self._open.setdefault(hint.model, []).append(hint)
+
+    def used(self, model: str, at: float) -> set[str]:
+        """``model`` was used (asked for) at ``at``: each open hint whose window holds ``at`` came true.
+        Returns the sources whose record changed."""
+        if at <= self._used.get(model, -float("inf")):
+            return set()
+        self._used[model] = at
+        hints = self._open.get(model)
+        if not hints:
+            return set()
+        kept = [h for h in hints if _start(h) <= at <= h.expires_at(at)]
+        if not kept:
+            return set()
+        self._open[model] = [h for h in hints if h not in kept]
+        for h in kept:
+            self._judge(h, True)
+        return {h.source for h in kept}
+
+    def judge(self, now: float) -> set[str]:
+        """Judge the hints whose window is over with no use seen in it as false alarms; the sources
+        whose record changed."""
+        changed: set[str] = set()
+        for model in list(self._open):
+            hints = self._open[model]
+            over = [h for h in hints if h.expires_at(now) < now]
+            if over:
+                for h in over:
+                    self._judge(h, False)
+                    changed.add(h.source)
+                left = [h for h in hints if h.expires_at(now) >= now]
+                if left:
+                    self._open[model] = left
+                else:
+                    del self._open[model]
+        return changed
+
+    def trust(self, source: str, model: str) -> float:
+        """The share of ``source``'s hints for ``model`` expected to come true (1: full trust)."""
+        whole = self._by_source.get(source)
+        if whole is None:
+            return 1.0
+        of_source = (whole.kept + self._prior) / (whole.judged + self._prior)
+        mine = self._by_model.get((source, model), _Record())
+        return (mine.kept + self._prior * of_source) / (mine.judged + self._prior)
+
+    def scaled(self, hints: Iterable[Hint]) -> list[Hint]:
+        """``hints`` with each one's confidence times its source's trust (the same hint where that is
+        full)."""
+        out = []
+        for h in hints:
+            t = 1.0 if h.source == self._skip else self.trust(h.source, h.model)
+            out.append(h if t >= 1.0 else h.model_copy(update={"confidence": max(h.confidence * t, 1e-3)}))
+        return out
+
+    def records(self) -> dict[str, tuple[float, float]]:
+        """Per source, (hints that came true, hints judged)."""
+        return {s: (r.kept, r.judged) for s, r in self._by_source.items()}
+
+    def _judge(self, hint: Hint, kept: bool) -> None:
+        for record in (
+            self._by_model.setdefault((hint.source, hint.model), _Record()),
+            self._by_source.setdefault(hint.source, _Record()),
+        ):
+            record.judged += 1
+            record.kept += kept
+
+
+def _start(hint: Hint) -> float:
+    """When a hint's window opens for judging: when it arrived (a request before the time it expects
+    still shows the page meant it)."""
+    return hint.received_at if hint.received_at is not None else -float("inf")

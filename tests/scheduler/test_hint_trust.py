@@ -1,0 +1,76 @@
+"""A hint source is trusted as far as its hints have come true."""
+
+from __future__ import annotations
+
+import pytest
+from scheduler_builders import GB, NOW, catalog, cluster, hint, report, resident, spec
+
+from prewarm import DEMAND_SOURCE, Order, Tier
+from scheduler import PlannerConfig, SchedulerCore
+from scheduler._trust import HintTrust
+
+CONFIG = PlannerConfig()
+CAP = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
+
+
+def test_a_hint_whose_model_is_asked_for_within_its_window_came_true_and_one_that_lapses_did_not() -> None:
+    trust = HintTrust(prior=4.0, skip_source=DEMAND_SOURCE)
+    trust.hinted(hint("chat", ttl_s=600.0, source="web"))
+    trust.hinted(hint("chat", ttl_s=600.0, source="web", at=NOW + 1000))
+    assert trust.used("chat", NOW + 120) == {"web"}  # inside the first hint's window only
+    assert trust.judge(NOW + 1200) == set()  # the second is still open
+    assert trust.judge(NOW + 1700) == {"web"}  # and then lapsed, its model not asked for
+    assert trust.records() == {"web": (1.0, 2.0)}
+    # The source's record shrunk toward full trust by four hints' worth, (1 + 4) / (2 + 4), and the
+    # model's toward the source's by as much.
+    assert trust.trust("web", "chat") == pytest.approx((1 + 4 * 5 / 6) / (2 + 4))
+
+
+def test_a_source_is_trusted_at_its_word_until_its_hints_say_otherwise_and_requests_are_not_judged() -> None:
+    trust = HintTrust(prior=4.0, skip_source=DEMAND_SOURCE)
+    assert trust.trust("web", "chat") == 1.0
+    trust.hinted(hint("chat", source=DEMAND_SOURCE))
+    assert trust.judge(NOW + 10_000) == set()
+    for i in range(8):
+        trust.hinted(hint("chat", ttl_s=60.0, source="web", at=NOW + 100 * i))
+    trust.judge(NOW + 10_000)
+    assert trust.trust("web", "chat") == pytest.approx((0 + 4 * (4 / 12)) / (8 + 4))
+    # A model the source has not hinted before starts from the source's record, not from full trust.
+    assert trust.trust("web", "other") == pytest.approx(4 / 12)
+    assert trust.trust("app", "chat") == 1.0
+    [scaled] = trust.scaled([hint("other", source="web", confidence=0.9)])
+    assert scaled.confidence == pytest.approx(0.9 * 4 / 12)
+
+
+def test_a_source_whose_hints_never_came_true_no_longer_gets_a_copy_in_memory_for_its_next_hint() -> None:
+    # Over two hours each of "app"'s ten hints for "chat" was followed by a node reporting it used a
+    # minute later; "web" announced it ten times, each time after that use, and no request came. The core
+    # learns both from what it sees. "web"'s next hint stages "chat" on disk at most; "app"'s, and a new
+    # source's, bring it into memory.
+    cat = catalog(spec("chat", 20 * GB))
+
+    def next_hint_goes_to(source: str) -> set[Tier]:
+        clock, out = [NOW - 7200], list[Order]()
+        core = SchedulerCore(
+            catalog=cat,
+            cluster=cluster("a"),
+            config=PlannerConfig(),
+            dispatch=out.extend,
+            clock=lambda: clock[0],
+        )
+        for i in range(10):
+            at = clock[0] = NOW - 7200 + 600 * i
+            core.add_hint(hint("chat", ttl_s=300.0, source="app", at=at))
+            used = resident("chat", 20 * GB, loaded_at=at, last_used=at + 60)
+            clock[0] = at + 120
+            core.observe(report("a", {t: [used] for t in CAP}, capacity=CAP, at=clock[0]))
+            clock[0] = at + 200  # "web" announces it once it has gone unused: nothing comes in 300 s
+            core.add_hint(hint("chat", ttl_s=300.0, source="web", at=clock[0]))
+        clock[0] = NOW
+        core.observe(report("a", {}, capacity=CAP))
+        core.replan()
+        return {o.tier for o in core.add_hint(hint("chat", ttl_s=300.0, source=source, at=NOW))[1]}
+
+    assert next_hint_goes_to("web") <= {Tier.L2}
+    assert next_hint_goes_to("app") & {Tier.L0, Tier.L1}
+    assert next_hint_goes_to("new") & {Tier.L0, Tier.L1}
