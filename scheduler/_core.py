@@ -228,10 +228,13 @@ class SchedulerCore:
         if current is not None:
             self._departures.observe(current, report)
         self._reports[report.node] = report
+        # A use of GPU or host memory is a request served; a disk copy is also "used" by a load that
+        # reads it, a prefetch's included.
         for state in report.tiers:
-            for r in state.resident:
-                if r.last_used is not None:
-                    self._trusted_anew(self._trust.used(r.model, r.last_used))
+            if state.tier in (Tier.L0, Tier.L1):
+                for r in state.resident:
+                    if r.last_used is not None:
+                        self._trusted_anew(self._trust.used(r.model, r.last_used))
         node = ClusterState.merge(self.cluster, {report.node: report}).nodes[report.node]
         unused_for = self._departures.of(report.node, report.at)
         self._nodes[report.node] = dataclasses.replace(node, unused_for=unused_for) if unused_for else node
