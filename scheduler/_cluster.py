@@ -271,9 +271,8 @@ class Departures:
         self._keep = keep
         self._horizon_s = horizon_s
         self._ages: dict[str, dict[Tier, list[tuple[float, float]]]] = {}  # node -> tier -> (left at, age)
-        self._orders: dict[
-            str, dict[str, list[tuple[float, float]]]
-        ] = {}  # node -> model -> (not before, deadline)
+        # node -> model -> (not before, deadline) of each demotion or eviction not over yet
+        self._orders: dict[str, dict[str, list[tuple[float, float]]]] = {}
 
     def ordered(self, order: Order) -> None:
         """Note an order: a demotion or eviction takes its copies away by order, not by the LRU."""

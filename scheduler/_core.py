@@ -122,7 +122,8 @@ class SchedulerCore:
         self._unsettled: set[str] = set()  # ids of the known orders not settled yet
         self._predicted: dict[str, float] = {}  # a known prefetch's predicted demand, by order id
         self._departures = Departures()  # how long copies went unused before the executors gave them up
-        self._trust = HintTrust(skip_source=DEMAND_SOURCE)  # how far each source's hints come true
+        # How far each source's hints come true.
+        self._trust = HintTrust(skip_source=DEMAND_SOURCE, max_open=max_hints)
 
     # ------------------------------------------------------------------ inputs
 
@@ -244,9 +245,10 @@ class SchedulerCore:
         """The record of ``sources`` changed: the models they hint at are planned again."""
         if sources:
             self._touched |= {h.model for h in self._hints if h.source in sources}
-            for source, (kept, judged) in self._trust.records().items():
-                if source in sources:
-                    _HINT_TRUST.labels(_SOURCE_LABEL(source)).set(kept / judged)
+            for source in sources:
+                share = self._trust.share(source)
+                if share is not None:
+                    _HINT_TRUST.labels(_SOURCE_LABEL(source)).set(share)
 
     # ------------------------------------------------------------------ planning
 

@@ -32,9 +32,13 @@ class _Record:
 class HintTrust:
     """Per (source, model) and per source, how many judged hints came true; ``scaled`` applies it."""
 
-    def __init__(self, *, prior: float = 4.0, skip_source: str = "") -> None:
+    def __init__(self, *, prior: float = 4.0, skip_source: str = "", max_open: int = 10_000) -> None:
+        """``max_open``: hints waiting to be judged at most; past it the one that expires first is
+        dropped unjudged (a flood of hints cannot grow memory without bound)."""
         self._prior = prior
         self._skip = skip_source
+        self._max_open = max_open
+        self._n_open = 0
         self._open: dict[str, list[Hint]] = {}  # model -> hints not judged yet
         self._used: dict[str, float] = {}  # model -> latest use seen
         self._by_model: dict[tuple[str, str], _Record] = {}
@@ -42,8 +46,14 @@ class HintTrust:
 
     def hinted(self, hint: Hint) -> None:
         """A hint to judge once its window is over (or once its model is used inside it)."""
-        if hint.source != self._skip and hint.received_at is not None:
-            self._open.setdefault(hint.model, []).append(hint)
+        if hint.source == self._skip or hint.received_at is None:
+            return
+        if self._n_open >= self._max_open:
+            model = min(self._open, key=lambda m: min(h.expires_at(0.0) for h in self._open[m]))
+            first = min(self._open[model], key=lambda h: h.expires_at(0.0))
+            self._remove(model, [first])
+        self._open.setdefault(hint.model, []).append(hint)
+        self._n_open += 1
 
     def used(self, model: str, at: float) -> set[str]:
         """``model`` was used (asked for) at ``at``: each open hint whose window holds ``at`` came true.
@@ -57,7 +67,7 @@ class HintTrust:
         kept = [h for h in hints if _start(h) <= at <= h.expires_at(at)]
         if not kept:
             return set()
-        self._open[model] = [h for h in hints if h not in kept]
+        self._remove(model, kept)
         for h in kept:
             self._judge(h, True)
         return {h.source for h in kept}
@@ -67,17 +77,11 @@ class HintTrust:
         whose record changed."""
         changed: set[str] = set()
         for model in list(self._open):
-            hints = self._open[model]
-            over = [h for h in hints if h.expires_at(now) < now]
-            if over:
-                for h in over:
-                    self._judge(h, False)
-                    changed.add(h.source)
-                left = [h for h in hints if h.expires_at(now) >= now]
-                if left:
-                    self._open[model] = left
-                else:
-                    del self._open[model]
+            over = [h for h in self._open[model] if h.expires_at(now) < now]
+            self._remove(model, over)
+            for h in over:
+                self._judge(h, False)
+                changed.add(h.source)
         return changed
 
     def trust(self, source: str, model: str) -> float:
@@ -98,9 +102,20 @@ class HintTrust:
             out.append(h if t >= 1.0 else h.model_copy(update={"confidence": max(h.confidence * t, 1e-3)}))
         return out
 
-    def records(self) -> dict[str, tuple[float, float]]:
-        """Per source, (hints that came true, hints judged)."""
-        return {s: (r.kept, r.judged) for s, r in self._by_source.items()}
+    def share(self, source: str) -> float | None:
+        """The share of ``source``'s judged hints that came true (None: none judged yet)."""
+        record = self._by_source.get(source)
+        return record.kept / record.judged if record is not None and record.judged else None
+
+    def _remove(self, model: str, hints: list[Hint]) -> None:
+        if not hints:
+            return
+        left = [h for h in self._open[model] if all(h is not g for g in hints)]
+        self._n_open -= len(self._open[model]) - len(left)
+        if left:
+            self._open[model] = left
+        else:
+            del self._open[model]
 
     def _judge(self, hint: Hint, kept: bool) -> None:
         for record in (

@@ -20,7 +20,7 @@ def test_a_hint_whose_model_is_asked_for_within_its_window_came_true_and_one_tha
     assert trust.used("chat", NOW + 120) == {"web"}  # inside the first hint's window only
     assert trust.judge(NOW + 1200) == set()  # the second is still open
     assert trust.judge(NOW + 1700) == {"web"}  # and then lapsed, its model not asked for
-    assert trust.records() == {"web": (1.0, 2.0)}
+    assert trust.share("web") == 0.5
     # The source's record shrunk toward full trust by four hints' worth, (1 + 4) / (2 + 4), and the
     # model's toward the source's by as much.
     assert trust.trust("web", "chat") == pytest.approx((1 + 4 * 5 / 6) / (2 + 4))
@@ -38,6 +38,7 @@ def test_a_source_is_trusted_at_its_word_until_its_hints_say_otherwise_and_reque
     # A model the source has not hinted before starts from the source's record, not from full trust.
     assert trust.trust("web", "other") == pytest.approx(4 / 12)
     assert trust.trust("app", "chat") == 1.0
+    assert trust.share("app") is None
     [scaled] = trust.scaled([hint("other", source="web", confidence=0.9)])
     assert scaled.confidence == pytest.approx(0.9 * 4 / 12)
 
@@ -74,3 +75,12 @@ def test_a_source_whose_hints_never_came_true_no_longer_gets_a_copy_in_memory_fo
     assert next_hint_goes_to("web") <= {Tier.L2}
     assert next_hint_goes_to("app") & {Tier.L0, Tier.L1}
     assert next_hint_goes_to("new") & {Tier.L0, Tier.L1}
+
+
+def test_a_flood_of_hints_keeps_at_most_max_open_waiting_to_be_judged() -> None:
+    trust = HintTrust(max_open=2)
+    for ttl in (300.0, 100.0, 200.0):
+        trust.hinted(hint("chat", ttl_s=ttl, source="web"))
+    trust.judge(NOW + 1000)
+    assert trust.share("web") == 0.0  # the hint that expired first was dropped unjudged: 0 of 2
+    assert trust.trust("web", "chat") == pytest.approx((0 + 4 * 4 / 6) / (2 + 4))
