@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Generic, Protocol, TypeVar
 
 from prewarm._schemas import CACHE_TIERS, Order, OrderAction, OrderStatus, Tier
@@ -182,6 +183,9 @@ class Holding(Generic[K]):
     ready: bool = True
 
 
+_recency = attrgetter("recency")  # sorted's key in C: the simulator asks the LRU once per load
+
+
 def lru_victims(residents: Iterable[Evictable[K]], need: int, free: int) -> list[K] | None:
     """The least recently used ready, unpinned residents whose removal frees ``need`` bytes, oldest
     first; [] when ``free`` already suffices; None when even all of them would not.
@@ -192,7 +196,7 @@ def lru_victims(residents: Iterable[Evictable[K]], need: int, free: int) -> list
     if need <= free:
         return []
     chosen: list[K] = []
-    for resident in sorted(residents, key=lambda r: r.recency):
+    for resident in sorted(residents, key=_recency):
         if resident.pins or not resident.ready:
             continue
         chosen.append(resident.key)

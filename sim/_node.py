@@ -22,7 +22,6 @@ from prewarm import (
     Tier,
     TierState,
     effect,
-    gpu_placement,
     gpu_shards,
     load_path,
     lru_victims,
@@ -149,6 +148,8 @@ class Node:
         self.capacity = {Tier.L0: sum(self.gpu_caps), Tier.L1: shape.host_bytes, Tier.L2: shape.disk_bytes}
         self.used = dict.fromkeys(CACHE_TIERS, 0)
         self.copies: dict[Tier, dict[str, Copy]] = {t: {} for t in CACHE_TIERS}
+        # The same three dicts, closest tier first: ``closest`` asks them on every request and every hop.
+        self.by_tier: tuple[dict[str, Copy], ...] = tuple(self.copies[t] for t in CACHE_TIERS)
         self.links = {hop: Link(world.clock, hop, rate) for hop, rate in rates.items()}
         self.jobs: dict[str, list[Job]] = {}
         self.blocked: list[Job] = []
@@ -254,10 +255,11 @@ class Node:
             return None
         shard = -(-size // n)
         free = [cap - used for cap, used in zip(self.gpu_caps, self.gpu_used, strict=True)]
-        named = tuple(sorted(set(asked)))
-        if len(named) == n and all(0 <= g < len(free) and free[g] >= shard for g in named):
-            return named, [], -INF
-        placed = gpu_placement(size, self.gpu_caps, free)
+        if asked:
+            named = tuple(sorted(set(asked)))
+            if len(named) == n and all(0 <= g < len(free) and free[g] >= shard for g in named):
+                return named, [], -INF
+        placed = _placement(n, shard, free)
         if placed is not None:
             return placed, [], -INF
         options: dict[int, tuple[float, list[str]]] = {}
@@ -267,6 +269,14 @@ class Node:
             option = self._option(g, shard, free[g])
             if option is not None:
                 options[g] = option
+        if n == 1:
+            if not options:
+                return None
+            # The first GPU whose victims were least recently used: what sorting by (recency, GPU) puts
+            # first. One GPU's victims are distinct already.
+            g = min(options, key=lambda g: options[g][0])
+            recency, victims = options[g]
+            return (g,), list(victims), recency
         pick = sorted(options, key=lambda g: (options[g][0], g))[:n]
         if len(pick) < n:
             return None
@@ -288,18 +298,17 @@ class Node:
         victims = lru_victims(here, shard, free)
         option = None
         if victims is not None:
-            recency = {h.key: h.recency for h in here}
-            option = (max((recency[v] for v in victims), default=-INF), victims)
+            # The LRU names its victims oldest first: the last is the most recently used of them.
+            option = (self.on_gpu[g][victims[-1]].recency if victims else -INF, victims)
             self._option_victims[g].update(victims)
         known[shard] = option
         return option
 
     def closest(self, model: str) -> Copy | None:
-        for tier in CACHE_TIERS:
-            copy = self.copies[tier].get(model)
-            if copy is not None:
-                return copy
-        return None
+        """The copy of ``model`` in the closest tier that holds one (ready or arriving), if any."""
+        l0, l1, l2 = self.by_tier
+        # A Copy is always true (no __len__ or __bool__): ``or`` stops at the first tier holding one.
+        return l0.get(model) or l1.get(model) or l2.get(model)
 
     def report(self, now: float, catalog: Catalog) -> ExecutorState:
         def resident(model: str, c: Copy) -> ResidentModel:
@@ -342,6 +351,18 @@ class Node:
             bandwidth_bytes_per_s={hop: link.rate for hop, link in self.links.items()},
             recent_outcomes=[],
         )
+
+
+def _placement(n: int, shard: int, free: list[int]) -> tuple[int, ...] | None:
+    """``prewarm.gpu_placement`` for a model of ``n`` shards of ``shard`` bytes, ``n`` already known (it
+    is ``Node.shards``): the ``n`` GPUs with the most free bytes (the first of equals), if each has room."""
+    if n == 1:
+        most = max(free)
+        return (free.index(most),) if most >= shard else None
+    roomiest = sorted(range(len(free)), key=lambda i: (-free[i], i))[:n]
+    if any(free[i] < shard for i in roomiest):
+        return None
+    return tuple(sorted(roomiest))
 
 
 class LazyReports(Mapping[str, ExecutorState]):

@@ -39,6 +39,10 @@ class Router:
         # (older entries are stale and skipped), and the nodes changed since the heap was brought up to date.
         self._heap: dict[int, list[tuple[float, float, int, int, int]]] = {}
         self._changed: dict[int, set[Node]] = {}
+        # ``node_changed`` is called on every GPU copy change, many times between two routes: a node
+        # already in every size's changed set since the last time one was emptied needs nothing more.
+        self._drains = 0  # how many times a changed set was emptied
+        self._marked: dict[str, int] = {}  # node -> ``_drains`` when it was last added to every set
 
     def able(self, size: int) -> list[Node]:
         """The nodes whose GPUs can hold a model of ``size`` bytes, in cluster order."""
@@ -57,8 +61,11 @@ class Router:
 
     def node_changed(self, node: Node) -> None:
         """``node``'s GPU copies (or their use) changed: its rank is to be worked out again."""
+        if self._marked.get(node.name) == self._drains:
+            return  # no set was emptied since it was added to all of them: it is in each still
         for changed in self._changed.values():
             changed.add(node)
+        self._marked[node.name] = self._drains
 
     def seconds(self, node: Node, frm: Tier, size: int) -> float:
         """How long a load of ``size`` bytes from ``frm`` to GPU memory takes on an idle ``node``."""
@@ -101,7 +108,10 @@ class Router:
         if len(able) == 1:
             return able[0]
         ranks = [self.rank(self.nodes[n], Tier.L2, size) for n in level]
-        ranks.append(self._least(size, able))
+        if len(level) < len(able):
+            # A node ranked as holding no copy loads from object storage: slower than from its own disk
+            # copy, all else equal. When every able node holds a disk copy, that rank cannot be least.
+            ranks.append(self._least(size, able))
         return self._by_order[min(ranks)[3]]
 
     def position(self, node: Node) -> int:
@@ -121,6 +131,7 @@ class Router:
             if node.shards(size) is not None:
                 heapq.heappush(heap, (*self.rank(node, Tier.L3, size), node.version))
         changed.clear()
+        self._drains += 1
         nodes = self._by_order
         while heap[0][4] != nodes[heap[0][3]].version:
             heapq.heappop(heap)

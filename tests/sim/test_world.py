@@ -290,3 +290,21 @@ def test_a_cluster_that_cannot_keep_up_is_reported_unstable() -> None:
     light = simulate(_Idle(), World(cluster, catalog, start=T0, end=T0 + 7200), times[::30], names[::30])
     assert light.stable
     assert light.offered_load < 1.0
+
+
+def test_the_nodes_own_placement_is_the_spines() -> None:
+    """``sim._node._placement`` is ``prewarm.gpu_placement`` with the shard count known: equal answers
+    on every mix of GPU sizes and free bytes, ties included."""
+    import random
+
+    from prewarm import gpu_placement, gpu_shards
+    from sim._node import _placement
+
+    rng = random.Random(7)
+    for _ in range(5000):
+        caps = [rng.choice((24, 40, 80)) * GB for _ in range(rng.randint(1, 8))]
+        free = [rng.choice((0, cap // 4, cap // 2, cap)) for cap in caps]
+        size = rng.randint(1, sum(caps) + GB)
+        n = gpu_shards(size, caps)
+        if n is not None:
+            assert _placement(n, -(-size // n), free) == gpu_placement(size, caps, free)
