@@ -13,6 +13,7 @@ During the warm-up before the cut it knows nothing (its future is the window): o
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -54,7 +55,10 @@ class OraclePolicy(Policy):
         self.name = name
         self.margin_frac = margin_frac
         self.margin_s = margin_s
-        self._times: dict[str, np.ndarray] = {}
+        # Per model, the window's request times in order: a list, since ``_next_use`` bisects it once
+        # per resident per planned load, and numpy's searchsorted costs more than that on one scalar.
+        self._times: dict[str, list[float]] = {}
+        self._leads: dict[tuple[int, Tier], float] = {}  # ``_lead`` per (size, tier), remembered
         self._served: dict[str, int] = {}
         self._planned: dict[str, float] = {}  # model -> the request its load is planned for
         self._ts = np.empty(0)
@@ -67,12 +71,13 @@ class OraclePolicy(Policy):
             raise RuntimeError("the oracle is clairvoyant: it needs the window's requests")
         self._ctx = ctx
         self._tick_s = ctx.tick_s
+        self._leads.clear()  # worked out from this context's bandwidth
         self._catalog: Catalog = ctx.catalog
         self._ts, self._ms = ctx.future
         order = np.argsort(self._ms, kind="stable")
         models, first = np.unique(self._ms[order], return_index=True)
         for m, chunk in zip(models, np.split(self._ts[order], first[1:]), strict=True):
-            self._times[str(m)] = np.sort(chunk)
+            self._times[str(m)] = np.sort(chunk).tolist()
         largest = max((s.size_bytes for s in ctx.catalog), default=0)
         self._lead_max = self._lead(largest, Tier.L3)
 
@@ -83,16 +88,20 @@ class OraclePolicy(Policy):
         times = self._times.get(model)
         if times is None:
             return _INF
-        i = int(np.searchsorted(times, at, side="left"))
-        return float(times[i]) if i < times.size else _INF
+        i = bisect.bisect_left(times, at)
+        return times[i] if i < len(times) else _INF
 
     def _lead(self, size: int, frm: Tier) -> float:
         """How long before a request a load from ``frm`` to L0 must start."""
+        known = self._leads.get((size, frm))
+        if known is not None:
+            return known
         seconds = 0.0
         for tier in load_path(frm, Tier.L0):
             rate = self._ctx.bandwidth.get(HOP_INTO[tier], 0.0)
             seconds += (size / rate if rate > 0 else _INF) + self._ctx.hop_overhead_s
-        return seconds * (1 + self.margin_frac) + self.margin_s
+        lead = self._leads[size, frm] = seconds * (1 + self.margin_frac) + self.margin_s
+        return lead
 
     # ------------------------------------------------------------------ unlimited: load at the request
 
@@ -103,7 +112,7 @@ class OraclePolicy(Policy):
             k = self._served.get(model, 0) + 1
             self._served[model] = k
             times = self._times.get(model)
-            if times is not None and k < times.size and times[k] <= at:
+            if times is not None and k < len(times) and times[k] <= at:
                 return []  # another request at this instant: unload after that one
         spec = self._catalog[model]
         return [order_for(node, spec, OrderAction.EVICT, Tier.L0, at, reason=OrderReason.CAPACITY)]
