@@ -36,9 +36,9 @@ class Clock:
 
     def run_until(self, t: float) -> None:
         """Run every callback due at or before ``t``; the clock then reads ``t``."""
-        heap = self.heap
+        heap, pop = self.heap, heapq.heappop
         while heap and heap[0][0] <= t:
-            when, _, fn, arg = heapq.heappop(heap)
+            when, _, fn, arg = pop(heap)
             if when > self.now:
                 self.now = when
             fn(arg)
@@ -81,10 +81,13 @@ class Link:
 
     def _share(self) -> tuple[float, bool]:
         """Rate each moving transfer gets, and whether only demand transfers move."""
-        demand = sum(1 for t in self.active if t.demand)
+        active = self.active
+        if len(active) == 1:  # the common case, without counting
+            return self.rate, active[0].demand
+        demand = sum(1 for t in active if t.demand)
         if demand:
             return self.rate / demand, True
-        return (self.rate / len(self.active) if self.active else 0.0), False
+        return (self.rate / len(active) if active else 0.0), False
 
     def progress(self) -> None:
         """Move every transfer on by what the shares gave it since the last change."""

@@ -35,6 +35,7 @@ SATURATED = 0.99
 """An offered load from which a link is taken as unable to keep up (see the module docstring)."""
 
 GB = 1e9
+NAN = float("nan")
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Record:
         self.req_model.append(model)
         self.req_cold.append(cold)
         self.req_from.append(served_from)
-        self.req_wait.append(0.0 if not cold else float("nan"))
+        self.req_wait.append(NAN if cold else 0.0)
         return len(self.req_wait) - 1
 
     def resident(self, tier: Tier, nbytes: int, since: float, until: float) -> None:

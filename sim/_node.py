@@ -6,16 +6,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from models import Catalog
 from prewarm import (
     CACHE_TIERS,
+    HOP_INTO,
     Effect,
-    Evictable,
     ExecutorState,
     GpuState,
-    Holding,
     Order,
     OrderAction,
     ResidentModel,
@@ -24,7 +24,6 @@ from prewarm import (
     effect,
     gpu_shards,
     load_path,
-    lru_victims,
 )
 from sim._links import Link
 from sim._policies import NodeShape, build
@@ -64,7 +63,7 @@ INF = float("inf")
 """``Copy.ready_at`` of a copy still in flight."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: made per hop and read on every request, a little quicker
 class Copy:
     """One model's bytes in one tier of one node; ``prewarm.Evictable`` for the LRU rule as it is."""
 
@@ -105,7 +104,7 @@ class Copy:
         return self.ready_at != INF
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Job:
     """One load of ``model`` on ``node`` to ``target``, hop by hop."""
 
@@ -151,6 +150,8 @@ class Node:
         # The same three dicts, closest tier first: ``closest`` asks them on every request and every hop.
         self.by_tier: tuple[dict[str, Copy], ...] = tuple(self.copies[t] for t in CACHE_TIERS)
         self.links = {hop: Link(world.clock, hop, rate) for hop, rate in rates.items()}
+        # The record's name of the link into each tier ("node L3->L2"), made once, not per load.
+        self.link_key = {tier: f"{self.name} {hop}" for tier, hop in HOP_INTO.items()}
         self.jobs: dict[str, list[Job]] = {}
         self.blocked: list[Job] = []
         self._blocked_on: dict[Tier, int] = {}  # how many blocked loads wait for room in each tier
@@ -290,16 +291,12 @@ class Node:
         known = self._options[g]
         if shard in known:
             return known[shard]
-        # A copy sharded over several GPUs frees one shard on each.
-        here: list[Evictable[str]] = [
-            c if len(c.gpus) == 1 else Holding(m, c.shard, c.recency, c.pins, c.ready)
-            for m, c in self.on_gpu[g].items()
-        ]
-        victims = lru_victims(here, shard, free)
+        chosen = shard_victims(self.on_gpu[g].values(), shard, free)
         option = None
-        if victims is not None:
-            # The LRU names its victims oldest first: the last is the most recently used of them.
-            option = (self.on_gpu[g][victims[-1]].recency if victims else -INF, victims)
+        if chosen is not None:
+            # Named oldest first: the last is the most recently used of them.
+            victims = [c.key for c in chosen]
+            option = (chosen[-1].recency if chosen else -INF, victims)
             self._option_victims[g].update(victims)
         known[shard] = option
         return option
@@ -351,6 +348,29 @@ class Node:
             bandwidth_bytes_per_s={hop: link.rate for hop, link in self.links.items()},
             recent_outcomes=[],
         )
+
+
+_recency = attrgetter("recency")
+
+
+def shard_victims(copies: Iterable[Copy], need: int, free: int) -> list[Copy] | None:
+    """``prewarm.lru_victims`` over the copies on one GPU, each counted for its shard there (a copy
+    sharded over several GPUs frees one shard on each), returning the copies themselves.
+
+    The same rule, written out for the one caller that asks it on nearly every load: building a
+    ``prewarm.Holding`` per sharded copy to hand to the general function cost more than the rule.
+    """
+    if need <= free:
+        return []
+    chosen: list[Copy] = []
+    for copy in sorted(copies, key=_recency):
+        if copy.pins or copy.ready_at == INF:
+            continue  # pinned or still loading: never a victim
+        chosen.append(copy)
+        free += -(-copy.bytes // max(len(copy.gpus), 1))
+        if need <= free:
+            return chosen
+    return None
 
 
 def _placement(n: int, shard: int, free: list[int]) -> tuple[int, ...] | None:

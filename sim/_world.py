@@ -128,12 +128,12 @@ class World:
         return job
 
     def _touch(self, node: Node, model: str, at: float) -> None:
-        for tier in CACHE_TIERS:
-            copy = node.copies[tier].get(model)
+        for copies in node.by_tier:
+            copy = copies.get(model)
             if copy is not None:
                 copy.use(at)
                 copy.prefetched = False
-                if tier is Tier.L0:
+                if copy.tier is Tier.L0:
                     node.l0_used(copy)
 
     def _make_demand(self, job: Job | None) -> None:
@@ -168,7 +168,7 @@ class World:
         # cannot keep up this is more than the link moves, and the difference is the backlog.
         now = self.clock.now
         for tier in job.hops:
-            self.record.asked(f"{node.name} {HOP_INTO[tier]}", size, now)
+            self.record.asked(node.link_key[tier], size, now)
         node.jobs.setdefault(model, []).append(job)
         self._job_nodes.setdefault(model, set()).add(node)
         if target is Tier.L0:
@@ -262,7 +262,8 @@ class World:
                 self._start(follower)
         job.copy = None
         self._start(job)
-        self._retry(node)
+        if node.blocked:
+            self._retry(node)
 
     def _finish(self, job: Job) -> None:
         job.done = True

@@ -308,3 +308,32 @@ def test_the_nodes_own_placement_is_the_spines() -> None:
         n = gpu_shards(size, caps)
         if n is not None:
             assert _placement(n, -(-size // n), free) == gpu_placement(size, caps, free)
+
+
+def test_the_lru_over_one_gpus_shards_is_the_spines() -> None:
+    """``sim._node.shard_victims`` is ``prewarm.lru_victims`` over a GPU's copies, a sharded copy counted
+    for its shard: the same victims in the same order, ties in recency, pins and loads included."""
+    import random
+
+    from prewarm import Holding, lru_victims
+    from sim._node import INF, Copy, shard_victims
+
+    rng = random.Random(11)
+    for _ in range(3000):
+        copies = [
+            Copy(
+                key=f"m{k}",
+                tier=Tier.L0,
+                bytes=rng.randint(1, 80) * GB,
+                loaded_at=float(rng.randint(0, 5)),
+                ready_at=INF if rng.random() < 0.2 else 0.0,
+                last_used=float(rng.randint(0, 5)) if rng.random() < 0.7 else None,
+                gpus=tuple(range(rng.choice((1, 1, 2, 4)))),
+                pins=int(rng.random() < 0.2),
+            )
+            for k in range(rng.randint(0, 6))
+        ]
+        need, free = rng.randint(1, 200) * GB, rng.randint(0, 80) * GB
+        held = [Holding(c.key, c.shard, c.recency, c.pins, c.ready) for c in copies]
+        chosen = shard_victims(copies, need, free)
+        assert (None if chosen is None else [c.key for c in chosen]) == lru_victims(held, need, free)
