@@ -19,6 +19,8 @@ from sim._node import INF, Node, cached_path
 
 __all__ = ["Rank", "Router"]
 
+_L2 = Tier.L2.level  # a property: read once, not three times per route
+
 Rank = tuple[float, float, int, int]
 """(when the most recently used copy the LRU gives up was last used, or inf: no room; load seconds;
 GPU bytes in use; the node's position in the cluster): the least is chosen."""
@@ -97,9 +99,9 @@ class Router:
             copy = node.closest(model)
             if copy is not None and node.shards(size) is not None:
                 tier[name] = copy.tier
-                level[name] = min(copy.tier.level, Tier.L2.level)
-        top = min(level.values(), default=Tier.L2.level)
-        if top < Tier.L2.level:
+                level[name] = min(copy.tier.level, _L2)
+        top = min(level.values(), default=_L2)
+        if top < _L2:
             # Staged in host (or GPU) memory somewhere: only those nodes are considered.
             staged = sorted((self.nodes[n] for n, lv in level.items() if lv == top), key=self.position)
             if len(staged) == 1:
