@@ -83,6 +83,11 @@ class Copy:
     # When it was last used, or loaded if never used: a field, not a property, because the LRU reads it
     # of every copy of a tier each time it makes room there. ``use`` keeps it and ``last_used`` in step.
     recency: float = field(init=False, default=0.0)
+    # Its entry in the node's last report, with what that entry says that can change (last use, pins,
+    # prefetched): a planner reads every report every tick, and most copies did not change in between.
+    reported: tuple[tuple[float | None, int, bool], ResidentModel] | None = field(
+        init=False, default=None, repr=False
+    )
 
     def __post_init__(self) -> None:
         self.recency = self.last_used if self.last_used is not None else self.loaded_at
@@ -308,9 +313,16 @@ class Node:
         return l0.get(model) or l1.get(model) or l2.get(model)
 
     def report(self, now: float, catalog: Catalog) -> ExecutorState:
+        """What the node's executor would report at ``now`` (``catalog``: the world's, which does not
+        change during a run). An entry of a copy unchanged since the last report is that report's own
+        (the models are frozen)."""
+
         def resident(model: str, c: Copy) -> ResidentModel:
+            says = (c.last_used, c.pins, c.prefetched)
+            if c.reported is not None and c.reported[0] == says:
+                return c.reported[1]
             spec = catalog.get(model)
-            return build(
+            entry = build(
                 ResidentModel,
                 model=model,
                 version=spec.version if spec else "1",
@@ -322,6 +334,8 @@ class Node:
                 prefetched=c.prefetched,
                 gpus=list(c.gpus),
             )
+            c.reported = (says, entry)
+            return entry
 
         tiers = [
             build(
