@@ -123,8 +123,10 @@ class Link:
         if version != self._version:
             return  # shares changed since this finish time was worked out
         self.progress()
-        done = [t for t in self.active if t.left <= self._slack]
-        self.active = [t for t in self.active if t.left > self._slack]
+        slack = self._slack
+        done = [t for t in self.active if t.left <= slack]
+        if done:  # else (rounding left a few bytes) the list stays as it is
+            self.active = [t for t in self.active if t.left > slack]
         self._reschedule()
         for t in done:
             t.landed()

@@ -131,7 +131,7 @@ class World:
         for copies in node.by_tier:
             copy = copies.get(model)
             if copy is not None:
-                copy.use(at)
+                copy.last_used = copy.recency = at  # ``Copy.use``, without a call on every request
                 copy.prefetched = False
                 if copy.tier is Tier.L0:
                     node.l0_used(copy)
@@ -401,7 +401,8 @@ class World:
         status = self._carry_out(node, order)
         if status is OrderStatus.FAILED and self.record.counts(now):
             self.record.failed_orders += 1
-        self._retry(node)
+        if node.blocked:
+            self._retry(node)
         return status
 
     def _carry_out(self, node: Node, order: Order) -> OrderStatus:
