@@ -29,9 +29,10 @@ from prewarm import (
     OrderAction,
     OrderReason,
     Tier,
-    gpu_placement,
+    gpu_shards,
     load_path,
 )
+from sim._node import _placement
 from sim._policies import Policy, PolicyContext, PolicyInputs, order_for, register_policy
 
 __all__ = ["OraclePolicy"]
@@ -195,23 +196,28 @@ class OraclePolicy(Policy):
     ) -> tuple[list[str], tuple[int, ...]] | None:
         """Residents to demote (farthest next use first, only ones needed after ``at``) until ``model``
         has GPUs; the plan's book is updated as if done."""
+        n = gpu_shards(size, book.capacity)
+        if n is None:
+            return None  # no GPUs of the node can hold it, whatever leaves
+        shard = -(-size // n)
         free = list(book.free)
         victims: list[str] = []
-        farthest = sorted(book.l0, key=lambda m: -self._next_use(m, at))
-        placed = gpu_placement(size, book.capacity, free)
+        next_use = {m: self._next_use(m, at) for m in book.l0}
+        farthest = sorted(book.l0, key=lambda m: -next_use[m])
+        # ``gpu_placement`` with the shard count worked out once, not at every try.
+        placed = _placement(n, shard, free)
         for candidate in farthest:
             if placed is not None:
                 break
-            if self._next_use(candidate, at) <= at:
+            if next_use[candidate] <= at:
                 break  # the rest are needed sooner than this model
             nbytes, on = book.l0[candidate]
             for g in on:
                 free[g] += -(-nbytes // max(len(on), 1))
             victims.append(candidate)
-            placed = gpu_placement(size, book.capacity, free)
+            placed = _placement(n, shard, free)
         if placed is None:
             return None
-        shard = -(-size // len(placed))
         for g in placed:
             free[g] -= shard
         for v in victims:
