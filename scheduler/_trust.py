@@ -22,6 +22,8 @@ from prewarm import Hint
 
 __all__ = ["HintTrust"]
 
+_INF = float("inf")
+
 
 @dataclass
 class _Record:
@@ -40,6 +42,7 @@ class HintTrust:
         self._max_open = max_open
         self._n_open = 0
         self._open: dict[str, list[Hint]] = {}  # model -> hints not judged yet
+        self._next_over = _INF  # no open hint's window ends before this
         self._used: dict[str, float] = {}  # model -> latest use seen
         self._by_model: dict[tuple[str, str], _Record] = {}
         self._by_source: dict[str, _Record] = {}
@@ -54,11 +57,12 @@ class HintTrust:
             self._remove(model, [first])
         self._open.setdefault(hint.model, []).append(hint)
         self._n_open += 1
+        self._next_over = min(self._next_over, hint.expires_at(0.0))
 
     def used(self, model: str, at: float) -> set[str]:
         """``model`` was used (asked for) at ``at``: each open hint whose window holds ``at`` came true.
         Returns the sources whose record changed."""
-        if at <= self._used.get(model, -float("inf")):
+        if at <= self._used.get(model, -_INF):
             return set()
         self._used[model] = at
         hints = self._open.get(model)
@@ -76,12 +80,15 @@ class HintTrust:
         """Judge the hints whose window is over with no use seen in it as false alarms; the sources
         whose record changed."""
         changed: set[str] = set()
+        if now <= self._next_over:
+            return changed  # every round asks; a hint's window seldom ends in it
         for model in list(self._open):
             over = [h for h in self._open[model] if h.expires_at(now) < now]
             self._remove(model, over)
             for h in over:
                 self._judge(h, False)
                 changed.add(h.source)
+        self._next_over = min((h.expires_at(now) for hs in self._open.values() for h in hs), default=_INF)
         return changed
 
     def trust(self, source: str, model: str) -> float:
@@ -96,6 +103,8 @@ class HintTrust:
     def scaled(self, hints: Iterable[Hint]) -> list[Hint]:
         """``hints`` with each one's confidence times its source's trust (the same hint where that is
         full)."""
+        if not self._by_source:
+            return list(hints)  # nothing judged yet: every source is taken at its word
         out = []
         for h in hints:
             t = 1.0 if h.source == self._skip else self.trust(h.source, h.model)
@@ -129,4 +138,4 @@ class HintTrust:
 def _start(hint: Hint) -> float:
     """When a hint's window opens for judging: when it arrived (a request before the time it expects
     still shows the page meant it)."""
-    return hint.received_at if hint.received_at is not None else -float("inf")
+    return hint.received_at if hint.received_at is not None else -_INF
