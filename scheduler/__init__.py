@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from prewarm import DEMAND_SOURCE
-from scheduler._cluster import Cluster, ClusterState, Departures, NodeSpec, NodeState
+from scheduler._cluster import Cluster, ClusterState, NodeSpec, NodeState
 from scheduler._planner import Placement, Plan, PlannerConfig, PlannerMemo, order_id, plan, plan_detailed
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ __all__ = [
     "DEMAND_SOURCE",
     "Cluster",
     "ClusterState",
-    "Departures",
     "NodeSpec",
     "NodeState",
     "Placement",

@@ -25,12 +25,12 @@ from prewarm import ExecutorState, Order, OrderAction, OrderReason, Tier
 from scheduler import (
     DEMAND_SOURCE,
     ClusterState,
-    Departures,
     PlannerConfig,
     SchedulerCore,
     plan,
     plan_detailed,
 )
+from scheduler._cluster import Departures
 
 CONFIG = PlannerConfig()
 CAP = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
