@@ -191,6 +191,13 @@ class SchedulerCore:
                 for h in demand:
                     self._trusted_anew(self._trust.used(h.model, h.received_at or now))
 
+    def requested(self, model: str, at: float) -> None:
+        """``model`` was asked for at ``at``: what hints are judged by, with the reports' uses. (The live
+        runtime's demand signals carry each model's latest request from the gateways' log; the
+        simulator tells every request.)"""
+        with self._lock:
+            self._trusted_anew(self._trust.used(model, at))
+
     def add_demand(self, demand: Sequence[Hint]) -> list[Order]:
         """Replace the demand hints and plan what changed at once (an incremental round); the new
         orders."""

@@ -10,7 +10,11 @@ A hint's chance is its own ``confidence`` times its source's record for the mode
 true out of those judged, shrunk toward the source's record over all its models, and that toward full
 trust, each by ``prior`` hints' worth (a new source, or a model a source has not hinted before, is taken
 at its word until its hints say otherwise). Demand signals are requests, not hints, and are not judged.
-The record lives in the scheduler's memory: a restarted scheduler starts trusting again.
+Each source's hints are also planned for *when* they have come true: once ``LAGS_NEEDED`` have, a hint's
+window is narrowed to the 10th-90th percentile of the delays from hint to request, where that lies
+inside the hint's own. A page that sends its hint with a 30-minute TTL a minute or two before its
+session is then planned for those minutes, not taken as equally likely to be followed any time in half
+an hour. The record lives in the scheduler's memory: a restarted scheduler starts trusting again.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ from prewarm import Hint
 __all__ = ["HintTrust"]
 
 _INF = float("inf")
+LAGS_KEPT = 64
+"""Per source, the latest this many delays from a hint to the use that made it come true."""
+LAGS_NEEDED = 8
+"""A source's hints are planned for when they have come true once this many have."""
+MIN_TTL_S = 30.0
+"""A narrowed window is at least this long."""
 
 
 @dataclass
@@ -46,6 +56,7 @@ class HintTrust:
         self._used: dict[str, float] = {}  # model -> latest use seen
         self._by_model: dict[tuple[str, str], _Record] = {}
         self._by_source: dict[str, _Record] = {}
+        self._lags: dict[str, list[float]] = {}  # source -> seconds from hint to use, latest LAGS_KEPT
 
     def hinted(self, hint: Hint) -> None:
         """A hint to judge once its window is over (or once its model is used inside it)."""
@@ -74,6 +85,9 @@ class HintTrust:
         self._remove(model, kept)
         for h in kept:
             self._judge(h, True)
+            lags = self._lags.setdefault(h.source, [])
+            lags.append(at - _start(h))
+            del lags[: max(len(lags) - LAGS_KEPT, 0)]
         return {h.source for h in kept}
 
     def judge(self, now: float) -> set[str]:
@@ -100,15 +114,36 @@ class HintTrust:
         mine = self._by_model.get((source, model), _Record())
         return (mine.kept + self._prior * of_source) / (mine.judged + self._prior)
 
+    def window(self, source: str) -> tuple[float, float] | None:
+        """When ``source``'s hints have come true, in seconds after the hint: the 10th and 90th
+        percentiles of the latest lags, once ``LAGS_NEEDED`` are known (None before)."""
+        lags = self._lags.get(source)
+        if lags is None or len(lags) < LAGS_NEEDED:
+            return None
+        ordered = sorted(lags)
+        return ordered[len(ordered) // 10], ordered[(len(ordered) * 9) // 10]
+
     def scaled(self, hints: Iterable[Hint]) -> list[Hint]:
-        """``hints`` with each one's confidence times its source's trust (the same hint where that is
-        full)."""
+        """``hints`` as the planner should take them: each one's confidence times its source's trust,
+        and its window narrowed to when the source's hints have come true, where that lies inside it
+        (the same hint where neither changes it)."""
         if not self._by_source:
             return list(hints)  # nothing judged yet: every source is taken at its word
         out = []
         for h in hints:
-            t = 1.0 if h.source == self._skip else self.trust(h.source, h.model)
-            out.append(h if t >= 1.0 else h.model_copy(update={"confidence": max(h.confidence * t, 1e-3)}))
+            if h.source == self._skip:
+                out.append(h)
+                continue
+            update: dict[str, float] = {}
+            t = self.trust(h.source, h.model)
+            if t < 1.0:
+                update["confidence"] = max(h.confidence * t, 1e-3)
+            learned = self.window(h.source)
+            if learned is not None:
+                begin, end = max(h.eta_s, learned[0]), min(h.eta_s + h.ttl_s, learned[1])
+                if end > begin and (begin, end) != (h.eta_s, h.eta_s + h.ttl_s):
+                    update["eta_s"], update["ttl_s"] = begin, max(end - begin, MIN_TTL_S)
+            out.append(h.model_copy(update=update) if update else h)
         return out
 
     def share(self, source: str) -> float | None:

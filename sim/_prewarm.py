@@ -104,6 +104,8 @@ class PrewarmPolicy(Policy):
     def on_request(self, model: str, at: float, node: str) -> list[Order]:
         if self._observe is not None:
             self._observe(model, at)
+        if self._core is not None:
+            self._core.requested(model, at)  # hints are judged by requests
         return []
 
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
@@ -118,9 +120,11 @@ class PrewarmPolicy(Policy):
             core.observe(report)
         for hint in hints:
             key = (hint.model, hint.received_at or now)
-            if key not in self._seen_hints:
+            # A hint keeps the time it was sent, and one whose window ended before the replay began
+            # (the training days') is not sent late: it would be planned, and judged, as a new one.
+            if key not in self._seen_hints and hint.live(now):
                 self._seen_hints.add(key)
-                core.add_hint(hint)
+                core.add_hint(hint, received_at=hint.received_at)
         core.replan()
         out, self._out[:] = list(self._out), []
         return out

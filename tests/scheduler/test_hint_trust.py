@@ -84,3 +84,25 @@ def test_a_flood_of_hints_keeps_at_most_max_open_waiting_to_be_judged() -> None:
     trust.judge(NOW + 1000)
     assert trust.share("web") == 0.0  # the hint that expired first was dropped unjudged: 0 of 2
     assert trust.trust("web", "chat") == pytest.approx((0 + 4 * 4 / 6) / (2 + 4))
+
+
+def test_a_sources_hints_are_planned_for_when_they_have_come_true() -> None:
+    # Ten hints from "page", each followed by a request 60-150 s later: its next hint with a 30-minute
+    # window is planned for 70-150 s after it is sent (the 10th to 90th percentile), not for half an
+    # hour. A hint whose own window lies outside that keeps its own, and so does a new source's.
+    trust = HintTrust(skip_source=DEMAND_SOURCE)
+    for i in range(10):
+        sent = NOW + 1000 * i
+        trust.hinted(hint("chat", ttl_s=1800.0, source="page", at=sent))
+        trust.used("chat", sent + 60 + 10 * i)
+    assert trust.window("page") == (70.0, 150.0)
+    [narrowed, late, other] = trust.scaled(
+        [
+            hint("chat", ttl_s=1800.0, source="page", at=NOW + 20_000),
+            hint("chat", eta_s=600.0, ttl_s=600.0, source="page", at=NOW + 20_000),
+            hint("chat", ttl_s=1800.0, source="app", at=NOW + 20_000),
+        ]
+    )
+    assert (narrowed.eta_s, narrowed.ttl_s, narrowed.confidence) == (70.0, 80.0, 1.0)
+    assert (late.eta_s, late.ttl_s) == (600.0, 600.0)
+    assert (other.eta_s, other.ttl_s) == (0.0, 1800.0)

@@ -273,3 +273,30 @@ def test_run_policies_keys_results_by_label_and_gives_each_its_own_forecast_sour
     assert list(results) == ["reactive", "keepalive:60", "prewarm"]
     assert all(r.requests == 5 for r in results.values())
     assert source.seen == []  # the prewarm run observed a copy
+
+
+def test_prewarm_gets_each_hint_as_sent_and_none_whose_window_ended_before_the_replay() -> None:
+    # A hint of the training days ended long before the replay begins: sent at the first tick as if new,
+    # it was planned (and judged) as a fresh one. A hint in the window keeps the time it was sent, not
+    # the tick that passed it on.
+    stale = Hint(model="old", ttl_s=600.0, source="page", received_at=CUT - 2 * 86400)
+    fresh = Hint(model="new", ttl_s=600.0, source="page", received_at=CUT + 61)
+    policy = PrewarmPolicy(PlannerConfig(), None)
+    cluster = Cluster.from_data(
+        {
+            "nodes": [
+                {
+                    "name": "n1",
+                    "gpus": [{"memory_bytes": "80GB"}],
+                    "host_cache_bytes": "100GB",
+                    "disk_cache_bytes": "1TB",
+                }
+            ]
+        }
+    )
+    world = make_world(
+        _catalog({"old": 14 * GB, "new": 14 * GB}), cluster, start=CUT, end=CUT + 600, unlimited=False
+    )
+    simulate(policy, world, [CUT + 300], ["new"], hints=[stale, fresh])
+    assert {o.model for o in policy.core.recent_orders()} == {"new"}
+    assert [(h.model, h.received_at) for h in policy.core.hints()] == [("new", CUT + 61)]
