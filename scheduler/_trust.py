@@ -57,6 +57,7 @@ class HintTrust:
         self._by_model: dict[tuple[str, str], _Record] = {}
         self._by_source: dict[str, _Record] = {}
         self._lags: dict[str, list[float]] = {}  # source -> seconds from hint to use, latest LAGS_KEPT
+        self._windows: dict[str, tuple[float, float] | None] = {}  # ``window``, until a lag is added
 
     def hinted(self, hint: Hint) -> None:
         """A hint to judge once its window is over (or once its model is used inside it)."""
@@ -88,6 +89,7 @@ class HintTrust:
             lags = self._lags.setdefault(h.source, [])
             lags.append(at - _start(h))
             del lags[: max(len(lags) - LAGS_KEPT, 0)]
+            self._windows.pop(h.source, None)
         return {h.source for h in kept}
 
     def judge(self, now: float) -> set[str]:
@@ -117,11 +119,15 @@ class HintTrust:
     def window(self, source: str) -> tuple[float, float] | None:
         """When ``source``'s hints have come true, in seconds after the hint: the 10th and 90th
         percentiles of the latest lags, once ``LAGS_NEEDED`` are known (None before)."""
+        if source in self._windows:
+            return self._windows[source]  # every round asks for every live hint
         lags = self._lags.get(source)
-        if lags is None or len(lags) < LAGS_NEEDED:
-            return None
-        ordered = sorted(lags)
-        return ordered[len(ordered) // 10], ordered[(len(ordered) * 9) // 10]
+        window = None
+        if lags is not None and len(lags) >= LAGS_NEEDED:
+            ordered = sorted(lags)
+            window = ordered[len(ordered) // 10], ordered[(len(ordered) * 9) // 10]
+        self._windows[source] = window
+        return window
 
     def scaled(self, hints: Iterable[Hint]) -> list[Hint]:
         """``hints`` as the planner should take them: each one's confidence times its source's trust,

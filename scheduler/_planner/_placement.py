@@ -342,7 +342,8 @@ def _lifetime(rnd: _Round, book: _Book, tier: Tier) -> float:
             known = max(statistics.median(given_up), age)
         else:
             loaded = sum(r.bytes for r in residents if r.loaded_at is not None and r.loaded_at >= now - age)
-            free = max(node.capacity.get(tier, 0) - sum(r.bytes for r in residents), 0)
+            used = node.unlisted.get(tier, 0) + sum(r.bytes for r in residents)
+            free = max(node.capacity.get(tier, 0) - used, 0)
             known = age * (loaded + free) / loaded if loaded > 0 else _INF
         rnd.lifetimes[key] = known
     return known

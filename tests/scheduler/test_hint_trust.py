@@ -82,7 +82,8 @@ def test_a_flood_of_hints_keeps_at_most_max_open_waiting_to_be_judged() -> None:
     for ttl in (300.0, 100.0, 200.0):
         trust.hinted(hint("chat", ttl_s=ttl, source="web"))
     trust.judge(NOW + 1000)
-    assert trust.share("web") == 0.0  # the hint that expired first was dropped unjudged: 0 of 2
+    # The hint that expired first was dropped unjudged: two judged, not three.
+    assert trust.share("web") == 0.0
     assert trust.trust("web", "chat") == pytest.approx((0 + 4 * 4 / 6) / (2 + 4))
 
 
@@ -106,3 +107,9 @@ def test_a_sources_hints_are_planned_for_when_they_have_come_true() -> None:
     assert (narrowed.eta_s, narrowed.ttl_s, narrowed.confidence) == (70.0, 80.0, 1.0)
     assert (late.eta_s, late.ttl_s) == (600.0, 600.0)
     assert (other.eta_s, other.ttl_s) == (0.0, 1800.0)
+    # Later hints that came true later move the window along.
+    for i in range(10, 30):
+        sent = NOW + 1000 * i
+        trust.hinted(hint("chat", ttl_s=1800.0, source="page", at=sent))
+        trust.used("chat", sent + 600)
+    assert trust.window("page") == (90.0, 600.0)

@@ -39,11 +39,17 @@ def _catalog(sizes: Mapping[str, int]) -> Catalog:
     )
 
 
-def _tight() -> Cluster:
+def _tight(disk: str = "0") -> Cluster:
+    """One node of one 80 GB GPU and 100 GB of host memory; ``disk``: its disk cache (none by default)."""
     return Cluster.from_data(
         {
             "nodes": [
-                {"name": "n1", "gpus": [{"memory_bytes": "80GB"}], "host_cache_bytes": "100GB"},
+                {
+                    "name": "n1",
+                    "gpus": [{"memory_bytes": "80GB"}],
+                    "host_cache_bytes": "100GB",
+                    "disk_cache_bytes": disk,
+                },
             ],
             "bandwidth": {"l3_bytes_per_s": "2GB/s", "l2_bytes_per_s": "7GB/s", "l1_bytes_per_s": "50GB/s"},
         }
@@ -282,20 +288,8 @@ def test_prewarm_gets_each_hint_as_sent_and_none_whose_window_ended_before_the_r
     stale = Hint(model="old", ttl_s=600.0, source="page", received_at=CUT - 2 * 86400)
     fresh = Hint(model="new", ttl_s=600.0, source="page", received_at=CUT + 61)
     policy = PrewarmPolicy(PlannerConfig(), None)
-    cluster = Cluster.from_data(
-        {
-            "nodes": [
-                {
-                    "name": "n1",
-                    "gpus": [{"memory_bytes": "80GB"}],
-                    "host_cache_bytes": "100GB",
-                    "disk_cache_bytes": "1TB",
-                }
-            ]
-        }
-    )
     world = make_world(
-        _catalog({"old": 14 * GB, "new": 14 * GB}), cluster, start=CUT, end=CUT + 600, unlimited=False
+        _catalog({"old": 14 * GB, "new": 14 * GB}), _tight("1TB"), start=CUT, end=CUT + 600, unlimited=False
     )
     simulate(policy, world, [CUT + 300], ["new"], hints=[stale, fresh])
     assert {o.model for o in policy.core.recent_orders()} == {"new"}
