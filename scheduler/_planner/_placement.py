@@ -312,7 +312,8 @@ def _lasting(rnd: _Round, book: _Book, tier: Tier, want: _Want, lead: float) -> 
     if until >= span:
         return want
     part = max(until, 0.0) / span if span > 0 else 0.0
-    if want.reason is OrderReason.FORECAST and want.p < 1.0:
+    if want.reason is OrderReason.FORECAST:
+        # At p == 1 this is 1 for any part of the window, as the limit of p -> 1 is.
         return want._replace(p=1.0 - (1.0 - want.p) ** part)
     return want._replace(p=want.p * part)
 
