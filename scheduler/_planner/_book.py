@@ -232,8 +232,8 @@ class _Round:
     holders' books were read; where the holders were crowded, their closest tier, for which every
     node's free room was read. An incremental round looks for their candidates again when what they
     read changed."""
-    lifetimes: dict[tuple[str, Tier], float] = field(default_factory=dict)
-    """Per (node, tier), ``_placement._lifetime``: worked out from the node's report once a round."""
+    lifetimes: dict[tuple[str, Tier, int], float] = field(default_factory=dict)
+    """Per (node, tier, width), ``_placement._lifetime``: worked out from the node's report once a round."""
     keep_values: dict[tuple[str, Tier, tuple[float, ...]], float] = field(default_factory=dict)
     """What keeping a resident is worth, by (model, tier, the node's link rates): the same on every node
     alike, and, in an incremental round, kept from the last round for the models it does not touch."""

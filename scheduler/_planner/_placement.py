@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from models import ModelSpec
-from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier
+from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier, gpu_shards
+from scheduler._cluster import NodeState, copy_width
 from scheduler._planner._book import _Book, _Entry, _make_room, _Round
 from scheduler._planner._config import _INF, Placement, _Decision
 from scheduler._planner._want import NO_WANTS, _Reread, _Want, _Wants
@@ -288,7 +289,7 @@ def _worth_there(rnd: _Round, book: _Book, cand: _Candidate, tier: Tier) -> bool
         return True
     spec, node = cand.spec, book.node
     lead = rnd.valuer.lead(node, spec.size_bytes, cand.frm, tier)
-    want = _lasting(rnd, book, tier, cand.want, lead)
+    want = _lasting(rnd, book, tier, spec.size_bytes, cand.want, lead)
     if want is cand.want:
         return True if tier is cand.tier or rnd.valuer.net(spec, want, node, cand.frm, tier) > 0 else None
     last = min(cand.frm, tier.farther(), key=lambda t: t.level)
@@ -297,9 +298,10 @@ def _worth_there(rnd: _Round, book: _Book, cand: _Candidate, tier: Tier) -> bool
     )
 
 
-def _lasting(rnd: _Round, book: _Book, tier: Tier, want: _Want, lead: float) -> _Want:
-    """``want`` with its chance cut to the part of its window that a copy loaded into ``tier`` for it is
-    still there, unused, to serve; ``want`` itself when the copy lasts the window (``_lifetime``).
+def _lasting(rnd: _Round, book: _Book, tier: Tier, size: int, want: _Want, lead: float) -> _Want:
+    """``want`` with its chance cut to the part of its window that a copy of ``size`` bytes loaded into
+    ``tier`` for it is still there, unused, to serve; ``want`` itself when the copy lasts the window
+    (``_lifetime``).
 
     A forecast's window is one of requests arriving at a rate: the chance that none comes in a part of
     it is the chance that none comes in all of it to the power of that part. So a busy model's copy
@@ -307,7 +309,9 @@ def _lasting(rnd: _Round, book: _Book, tier: Tier, want: _Want, lead: float) -> 
     deadline, not a rate: its request is taken as equally likely anywhere in it.
     """
     landing = max(rnd.now, want.t0 - lead) + lead
-    until = landing + _lifetime(rnd, book, tier) - want.t0  # how much of the window the copy is there for
+    until = (
+        landing + _lifetime(rnd, book, tier, size) - want.t0
+    )  # how much of the window the copy is there for
     span = want.t1 - want.t0
     if until >= span:
         return want
@@ -318,29 +322,35 @@ def _lasting(rnd: _Round, book: _Book, tier: Tier, want: _Want, lead: float) -> 
     return want._replace(p=want.p * part)
 
 
-def _lifetime(rnd: _Round, book: _Book, tier: Tier) -> float:
-    """How long a copy loaded into ``tier`` of ``book``'s node now stays there unused before the
-    executor's LRU gives it up to loads the planner does not order (requests).
+def _lifetime(rnd: _Round, book: _Book, tier: Tier, size: int) -> float:
+    """How long a copy of ``size`` bytes loaded into ``tier`` of ``book``'s node now stays there unused
+    before the executor's LRU gives it up to loads the planner does not order (requests).
 
     As long as the copies the LRU gave up lately had gone unused (``NodeState.unused_for``, their
-    median), and no less than the least recently used copy there has gone unused now (when loads stop,
-    nothing is given up, and that age grows). Where the node has given up nothing lately, it is guessed
+    median: of copies as wide as this one would be, over as many GPUs, where some were given up; else of
+    all the tier's), and no less than the least recently used copy there has gone unused now (when
+    loads stop, nothing is given up, and that age grows; for a copy over several GPUs, which any of
+    them may give up, the GPUs' least recently used copies' ages, the copy's width-th oldest: ``_idle_for``).
+    Where the node has given up nothing lately, it is guessed
     from the tier as it is: the least recently used copy's unused time, plus the time the loads within
     it would take to fill the free room (the load rate read from the copies still there, a floor). On a
     saturated cluster that is seconds to minutes of GPU memory and a minute or two of host memory, where
     most prefetches were evicted unused before their request came; a tier that is filling slowly, or
     not at all, keeps a copy for hours.
     """
-    key = (book.node.name, tier)
+    width = copy_width(tier, gpu_shards(size, book.gpu_capacity) or 1)
+    key = (book.node.name, tier, width)
     known = rnd.lifetimes.get(key)
     if known is None:
         node, now = book.node, rnd.now
         residents = node.residents(tier)
         times = [t for r in residents if r.pins == 0 and (t := r.last_used or r.loaded_at) is not None]
         age = now - min(times, default=now)
-        given_up = node.unused_for.get(tier)
+        given_up = node.unused_for.get((tier, width)) or tuple(
+            a for (t, _), ages in node.unused_for.items() if t is tier for a in ages
+        )
         if given_up:
-            known = max(statistics.median(given_up), age)
+            known = max(statistics.median(given_up), _idle_for(node, width, now) if width > 1 else age)
         else:
             loaded = sum(r.bytes for r in residents if r.loaded_at is not None and r.loaded_at >= now - age)
             used = node.unlisted.get(tier, 0) + sum(r.bytes for r in residents)
@@ -348,6 +358,21 @@ def _lifetime(rnd: _Round, book: _Book, tier: Tier) -> float:
             known = age * (loaded + free) / loaded if loaded > 0 else _INF
         rnd.lifetimes[key] = known
     return known
+
+
+def _idle_for(node: NodeState, width: int, now: float) -> float:
+    """How long the GPUs of ``node`` that a copy over ``width`` of them would take have gone without
+    giving up a copy, at least: each GPU's least recently used copy has gone unused this long (0 for a
+    GPU with none), and the copy goes where that is longest, as the LRU makes room. A copy listed
+    without GPUs counts on all of them."""
+    oldest: dict[int, float] = dict.fromkeys(node.gpu_ids, now)
+    for r in node.residents(Tier.L0):
+        t = r.last_used or r.loaded_at
+        if r.pins == 0 and t is not None:
+            for g in r.gpus or node.gpu_ids:
+                oldest[g] = min(oldest.get(g, now), t)
+    ages = sorted((now - t for t in oldest.values()), reverse=True)
+    return ages[width - 1] if len(ages) >= width else 0.0
 
 
 _Failure = tuple[list[_Candidate], tuple[_Book, ...], bool, tuple[bool, ...], Placement]

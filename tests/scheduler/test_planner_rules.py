@@ -384,13 +384,13 @@ def test_departures_keep_how_long_each_copy_the_executor_gave_up_had_gone_unused
     departures = Departures(keep=2, horizon_s=600.0)
     departures.ordered(prefetch("told", Tier.L2, NOW - 30).model_copy(update={"action": OrderAction.DEMOTE}))
     departures.observe(before, after)
-    assert departures.of("a", NOW) == {Tier.L1: (90.0,)}
+    assert departures.of("a", NOW) == {(Tier.L1, 1): (90.0,)}
     # The latest ``keep`` are kept, and only those within ``horizon_s`` of the time asked about: "lru"
     # seen leaving again 90 s and 150 s after NOW, 210 s and 270 s after its last use.
     for minutes in (1, 2):
         later = report("a", {Tier.L1: [lru]}, capacity=CAP, at=NOW + 60 * minutes)
         departures.observe(later, report("a", {}, capacity=CAP, at=NOW + 60 * minutes + 60))
-    assert departures.of("a", NOW + 180) == {Tier.L1: (210.0, 270.0)}
+    assert departures.of("a", NOW + 180) == {(Tier.L1, 1): (210.0, 270.0)}
     assert departures.of("a", NOW + 10_000) == {}
     assert departures.of("b", NOW) == {}
 
@@ -427,3 +427,39 @@ def test_a_tier_whose_executor_gives_up_unused_copies_within_minutes_gets_only_a
 
     assert first_order(after) == ("big", OrderAction.PREFETCH, Tier.L1)
     assert first_order(before, after) == ("big", OrderAction.PREFETCH, tier)
+
+
+@pytest.mark.parametrize(("model", "tier"), [("wide", Tier.L1), ("narrow", Tier.L0)])
+def test_a_gpu_copy_over_every_gpu_of_a_node_is_valued_for_as_long_as_such_copies_last(
+    model: str, tier: Tier
+) -> None:
+    # Two 80 GB GPUs, each with room. Between two reports the executor gave up a 140 GB copy over both
+    # GPUs 90 s after its last use. GPU 0's copy has gone unused for an hour, GPU 1's was used 5 s ago:
+    # a one-GPU copy goes to GPU 0 and lasts, but one over both GPUs goes as soon as GPU 1 needs room,
+    # as the copy given up did. So a 140 GB model wanted five minutes from now, at 0.2 a minute (0.9 in
+    # ten), is staged in host memory, and a 20 GB one loaded into GPU memory. Read as one tier, the hour-old
+    # copy said that both would last.
+    gpus = [80 * GB, 80 * GB]
+    cap = {Tier.L0: 160 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
+    idle = resident("idle", 5 * GB, loaded_at=NOW - 7200, last_used=NOW - 3600, gpus=[0])
+    busy = resident("busy", 5 * GB, loaded_at=NOW - 7200, last_used=NOW - 5, gpus=[1])
+    gone = resident("gone", 140 * GB, loaded_at=NOW - 200, last_used=NOW - 120, gpus=[0, 1])
+    before = report("a", {Tier.L0: [idle, busy, gone]}, capacity=cap, at=NOW - 60, gpus=gpus)
+    after = report("a", {Tier.L0: [idle, busy]}, capacity=cap, gpus=gpus)
+    sizes = {"wide": 140 * GB, "narrow": 20 * GB}
+    cat = catalog(*(spec(r.model, r.bytes) for r in (idle, busy, gone)), spec(model, sizes[model]))
+    clock, out = [NOW], list[Order]()
+    core = SchedulerCore(
+        catalog=cat,
+        cluster=cluster("a", gpus=gpus),
+        config=CONFIG,
+        dispatch=out.extend,
+        clock=lambda: clock[0],
+    )
+    core.set_signals(forecasts={model: surge_forecast(model, NOW + 300, p=0.2)})
+    core.observe(before)
+    core.observe(after)
+    while not out and clock[0] < NOW + 300:
+        core.replan()
+        clock[0] += 30
+    assert [(o.model, o.action, o.tier) for o in out] == [(model, OrderAction.PREFETCH, tier)]
