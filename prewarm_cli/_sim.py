@@ -323,6 +323,9 @@ def bench_policy(
     ),
     policies: list[str] | None = typer.Option(None, "--policy", help="Policy label (repeatable)."),
     out: Path | None = typer.Option(None, "--json", help="Write every run and target as JSON here."),
+    draw: int = typer.Option(
+        0, "--draw", help="Build every case from another seed (0: the suite): traffic no knob was chosen on."
+    ),
 ) -> None:
     """Every policy on every case of the trace suite, unlimited / tight / roomy, and prewarm's targets."""
     from sim import DEFAULT_POLICIES, SETTINGS, SUITE_CASES, run_policy_bench, suite
@@ -332,7 +335,9 @@ def bench_policy(
     unknown = sorted(set(cases or ()) - set(SUITE_CASES)) + sorted(set(where or ()) - set(SETTINGS))
     if unknown:
         fail(f"unknown case or setting {unknown}: cases are {', '.join(SUITE_CASES)}")
-    chosen = [c for c in suite(cases or None) if role in ("all", c.role)]
+    if draw < 0:
+        fail(f"--draw is 0 (the suite) or a positive number, not {draw}")
+    chosen = [c for c in suite(cases or None, draw=draw) if role in ("all", c.role)]
     quiet = out is not None and str(out) == "-"
     bench = run_policy_bench(
         chosen,
@@ -343,4 +348,4 @@ def bench_policy(
     )
     typer.echo(bench.table(), err=quiet)
     if out is not None:
-        write_json(bench.to_json(), out)
+        write_json({**bench.to_json(), "draw": draw}, out)

@@ -30,6 +30,11 @@ mechanisms (``azure_mix``), real traffic (``azure_samples``), and structures it 
 
 Every generator here is independent of ``ingest.generate``; each case has its own seed (from its name),
 so a case does not change when another is added.
+
+``suite(draw=k)`` builds every case again from another seed (its name and ``k``): the same mechanisms
+with other models, sizes, rates and times, traffic that no knob was chosen on. ``azure_samples`` replays
+the same public files and ``synthetic`` the same ``ingest.generate`` trace whatever the draw: only their
+catalogs' sizes are drawn again. Draw 0 is the suite itself.
 """
 
 from __future__ import annotations
@@ -534,13 +539,21 @@ _BUILDERS: dict[str, Callable[[np.random.Generator], Case]] = {
 SUITE_CASES: tuple[str, ...] = tuple(_BUILDERS)
 
 
-def suite(names: Sequence[str] | None = None) -> list[Case]:
-    """The suite's cases (all of them, or those named, in the order given), built afresh each call."""
+def suite(names: Sequence[str] | None = None, *, draw: int = 0) -> list[Case]:
+    """The suite's cases (all of them, or those named, in the order given), built afresh each call;
+    ``draw`` > 0: each built from another seed (the module's docstring)."""
+    if draw < 0:
+        raise InvalidInput(f"a draw is 0 (the suite) or a positive number, not {draw}")
     chosen = list(SUITE_CASES if names is None else names)
     unknown = [n for n in chosen if n not in _BUILDERS]
     if unknown:
         raise InvalidInput(f"unknown suite case(s) {unknown}; the suite has {list(SUITE_CASES)}")
-    return [_BUILDERS[n](np.random.default_rng(zlib.crc32(n.encode()))) for n in chosen]
+    return [_BUILDERS[n](np.random.default_rng(_seed(n, draw))) for n in chosen]
+
+
+def _seed(name: str, draw: int) -> int | list[int]:
+    own = zlib.crc32(name.encode())
+    return own if draw == 0 else [own, draw]
 
 
 def write_case(case: Case, directory: str | Path) -> dict[str, Path]:

@@ -51,3 +51,9 @@ def test_sim_run_rejects_an_unknown_trace_format(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["sim", "run", "--trace", str(trace), "--format", "parquet"])
     assert result.exit_code == 2, result.output
     assert "unknown trace format 'parquet'" in result.output
+
+
+def test_bench_policy_refuses_a_negative_draw_before_building_any_case() -> None:
+    result = CliRunner().invoke(app, ["bench", "policy", "--draw", "-1"])
+    assert result.exit_code == 2, result.output
+    assert "--draw is 0 (the suite) or a positive number, not -1" in result.output

@@ -60,6 +60,21 @@ def test_building_the_suite_twice_gives_identical_cases(cases: dict[str, Case]) 
         )
 
 
+def test_a_draw_builds_each_case_from_another_seed_and_the_same_draw_alike() -> None:
+    [suite_case] = suite(["memoryless"])
+    [zero] = suite(["memoryless"], draw=0)
+    first, again = suite(["memoryless", "memoryless"], draw=1)
+    [other] = suite(["memoryless"], draw=2)
+    pd.testing.assert_frame_equal(zero.events, suite_case.events)
+    pd.testing.assert_frame_equal(first.events, again.events)
+    assert len(first.events) != len(suite_case.events)
+    assert len(first.events) != len(other.events)
+    assert first.catalog.to_data() != suite_case.catalog.to_data()
+    assert (first.train_days, first.sim_hours, first.role) == (zero.train_days, zero.sim_hours, zero.role)
+    with pytest.raises(ValueError, match="draw"):
+        suite(["memoryless"], draw=-1)
+
+
 def test_names_pick_cases_in_the_order_given_and_unknown_names_are_refused() -> None:
     assert [c.name for c in suite(["memoryless", "launch"])] == ["memoryless", "launch"]
     with pytest.raises(ValueError, match="no_such_case"):
