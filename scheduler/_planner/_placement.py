@@ -309,9 +309,8 @@ def _lasting(rnd: _Round, book: _Book, tier: Tier, size: int, want: _Want, lead:
     deadline, not a rate: its request is taken as equally likely anywhere in it.
     """
     landing = max(rnd.now, want.t0 - lead) + lead
-    until = (
-        landing + _lifetime(rnd, book, tier, size) - want.t0
-    )  # how much of the window the copy is there for
+    # How much of the window the copy is there for:
+    until = landing + _lifetime(rnd, book, tier, size) - want.t0
     span = want.t1 - want.t0
     if until >= span:
         return want
@@ -327,11 +326,10 @@ def _lifetime(rnd: _Round, book: _Book, tier: Tier, size: int) -> float:
     before the executor's LRU gives it up to loads the planner does not order (requests).
 
     As long as the copies the LRU gave up lately had gone unused (``NodeState.unused_for``, their
-    median: of copies as wide as this one would be, over as many GPUs, where some were given up; else of
-    all the tier's), and no less than the least recently used copy there has gone unused now (when
-    loads stop, nothing is given up, and that age grows; for a copy over several GPUs, which any of
-    them may give up, the GPUs' least recently used copies' ages, the copy's width-th oldest: ``_idle_for``).
-    Where the node has given up nothing lately, it is guessed
+    median: of copies as wide as this one would be, over as many GPUs, where some were given up; else
+    of all the tier's), and no less than the least recently used copy there has gone unused now (when
+    loads stop, nothing is given up, and that age grows; a copy over several GPUs, which any of them may
+    give up, reads it per GPU: ``_idle_for``). Where the node has given up nothing lately, it is guessed
     from the tier as it is: the least recently used copy's unused time, plus the time the loads within
     it would take to fill the free room (the load rate read from the copies still there, a floor). On a
     saturated cluster that is seconds to minutes of GPU memory and a minute or two of host memory, where
