@@ -261,6 +261,12 @@ class ResidentModel(_Wire):
         default=None, ge=0, description="the latest lease's wait, from the engine's open to the reply"
     )
 
+    @property
+    def unused_since(self) -> float | None:
+        """When it was last used, or loaded if never used (the LRU's order); None when the report says
+        neither."""
+        return self.last_used if self.last_used is not None else self.loaded_at
+
 
 class TierState(_Wire):
     tier: Tier

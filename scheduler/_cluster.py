@@ -303,7 +303,7 @@ class Departures:
             now = after.tier(state.tier)
             still = {r.model for r in now.resident} if now is not None else set()
             for r in state.resident:
-                since = r.last_used if r.last_used is not None else r.loaded_at
+                since = r.unused_since
                 if r.model in still or since is None:
                     continue
                 if any(not_before <= after.at for not_before, _ in orders.get(r.model, ())):

@@ -53,7 +53,7 @@ class HintTrust:
         self._n_open = 0
         self._open: dict[str, list[Hint]] = {}  # model -> hints not judged yet
         self._next_over = _INF  # no open hint's window ends before this
-        self._used: dict[str, float] = {}  # model -> latest use seen
+        self._used: dict[str, float] = {}  # model -> latest use seen while a hint for it was open
         self._by_model: dict[tuple[str, str], _Record] = {}
         self._by_source: dict[str, _Record] = {}
         self._lags: dict[str, list[float]] = {}  # source -> seconds from hint to use, latest LAGS_KEPT
@@ -74,12 +74,10 @@ class HintTrust:
     def used(self, model: str, at: float) -> set[str]:
         """``model`` was used (asked for) at ``at``: each open hint whose window holds ``at`` came true.
         Returns the sources whose record changed."""
-        if at <= self._used.get(model, -_INF):
-            return set()
-        self._used[model] = at
         hints = self._open.get(model)
-        if not hints:
-            return set()
+        if not hints or at <= self._used.get(model, -_INF):
+            return set()  # most uses, a report's every copy each time: no hint waits, or seen already
+        self._used[model] = at
         kept = [h for h in hints if _start(h) <= at <= h.expires_at(at)]
         if not kept:
             return set()

@@ -345,7 +345,7 @@ def _lifetime(rnd: _Round, book: _Book, tier: Tier, size: int) -> float:
     if known is None:
         node, now = book.node, rnd.now
         residents = node.residents(tier)
-        times = [t for r in residents if r.pins == 0 and (t := r.last_used or r.loaded_at) is not None]
+        times = [t for r in residents if r.pins == 0 and (t := r.unused_since) is not None]
         age = now - min(times, default=now)
         given_up = node.unused_for.get((tier, width)) or tuple(
             a for (t, _), ages in node.unused_for.items() if t is tier for a in ages
@@ -368,7 +368,7 @@ def _idle_for(node: NodeState, width: int, now: float) -> float:
     without GPUs counts on all of them."""
     oldest: dict[int, float] = dict.fromkeys(node.gpu_ids, now)
     for r in node.residents(Tier.L0):
-        t = r.last_used or r.loaded_at
+        t = r.unused_since
         if r.pins == 0 and t is not None:
             for g in r.gpus or node.gpu_ids:
                 oldest[g] = min(oldest.get(g, now), t)
