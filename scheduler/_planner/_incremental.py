@@ -27,11 +27,11 @@ reports and rounds). At a later ``now`` what it does not touch is as the last ro
 model's hint that has expired since, a forecast window that moved, a misprediction window that closed
 on an untouched node, a protection (``min_residence_s``) that lapsed, an unchanged candidate's start
 time (and whether a deferred one would now fit beside the room ``_reserve`` keeps), and, to choose
-among equally good nodes, the traffic of the last full round. That lasts until the next full round,
-which the caller runs on the planning interval: a round more than ``decision_interval_s`` after the
-last full one is a full one, as is a round with other forecasts (a refresh: a new mapping object),
-another catalog or config, another set of nodes, a node whose link rates or capacities changed, or
-more than ``_MAX_TOUCHED`` models touched.
+among equally good nodes, the GPU room each model asks for as the last full round saw it. That lasts
+until the next full round, which the caller runs on the planning interval: a round more than
+``decision_interval_s`` after the last full one is a full one, as is a round with other forecasts (a
+refresh: a new mapping object), another catalog or config, another set of nodes, a node whose link
+rates or capacities changed, or more than ``_MAX_TOUCHED`` models touched.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class _Kept:
     keep_values: Mapping[tuple[str, Tier, tuple[float, ...]], float]  # see _Round.keep_values
     classes: list[list[str]]  # _Round.classes: the same while every node stays alike
     cooling: set[str]
-    traffic: Mapping[str, float]
+    asks: Mapping[str, float]
     loads: Mapping[str, tuple[_Book, float]]  # per node, its load for that book
 
 
@@ -219,7 +219,7 @@ def _incremental(
         if options:
             candidates[model] = options
     loads = {n: load for n, (book, load) in kept.loads.items() if rnd.books.get(n) is book}
-    failed = _place_all(rnd, list(candidates.values()), kept.traffic, loads, kept.failed, commit_by=commit_by)
+    failed = _place_all(rnd, list(candidates.values()), kept.asks, loads, kept.failed, commit_by=commit_by)
     if config.memory_price > 0:
         _release_priced(rnd, forecasts, reopen | {o.node for o in rnd.orders})
     memo.kept = replace(

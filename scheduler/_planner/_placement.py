@@ -385,7 +385,7 @@ moved, whether each model in host memory on the chosen node was held in GPU memo
 def _place_all(
     rnd: _Round,
     candidates: list[list[_Candidate]],
-    traffic: Mapping[str, float],
+    asks: Mapping[str, float],
     loads: dict[str, float],
     failed: Mapping[str, _Failure] | None = None,
     *,
@@ -420,7 +420,7 @@ def _place_all(
             continue
         # The node is chosen now, against the books as earlier placements left them: chosen up front,
         # every tie went to the same node and one node held the whole catalog while the other idled.
-        chosen = options[0] if len(options) == 1 else _least_loaded(rnd, options, traffic, loads)
+        chosen = options[0] if len(options) == 1 else _least_loaded(rnd, options, asks, loads)
         books = tuple(rnd.books[c.node] for c in options)
         moved = model in rnd.moved
         reserve = _reserve_inputs(rnd, rnd.books[chosen.node])
@@ -451,20 +451,22 @@ def _fails_again(rnd: _Round, failure: _Failure) -> bool:
 
 
 def _least_loaded(
-    rnd: _Round, options: Sequence[_Candidate], traffic: Mapping[str, float], loads: dict[str, float]
+    rnd: _Round, options: Sequence[_Candidate], asks: Mapping[str, float], loads: dict[str, float]
 ) -> _Candidate:
-    """Of equally good nodes, the one whose models will draw the least GPU traffic, then the most room.
+    """Of equally good nodes, the one whose models will ask for the least GPU room, then the most room.
 
     Requests go to the node holding a model closest, so where a model is staged decides which GPU it
-    competes for: two busy 140 GB models on one node's 160 GB take turns, each turn a reload. Load is
-    the forecast's expected requests over the horizon times bytes, summed over the node's models.
+    competes for: two busy 140 GB models on one node's 160 GB take turns, each turn a reload. A node's
+    load is what ``asks`` says its models will ask for: each one's bytes times the chance of a request
+    within the horizon. (Counted as requests times bytes, a node of rarely used models looked idle next
+    to one busy small model, and every rare model was staged there, to share its GPUs when requested.)
     ``loads`` keeps each node's figure between calls; the caller drops a node's once its book changes.
     """
     for c in options:
         if c.node not in loads:
             book = rnd.books[c.node]
             models = {m for t in CACHE_TIERS for m in book.held[t]}
-            loads[c.node] = sum(traffic.get(m, 0.0) for m in models)
+            loads[c.node] = sum(asks.get(m, 0.0) for m in models)
     return max(options, key=lambda c: (c.value, -loads[c.node], rnd.books[c.node].free(c.tier), c.node))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from forecaster import ModelForecast
@@ -145,14 +146,15 @@ def _full_round(
         options = _best_candidate(rnd, spec, worth, cooling) if worth else []
         if options:
             candidates[model] = options
-    # Expected requests over the horizon times bytes: what a model adds to its node's load.
-    traffic = {
-        m: f.expected_in(now, now + config.horizon_s) * catalog[m].size_bytes
+    # The GPU room a model is expected to ask for over the horizon: its bytes times the chance of a
+    # request in it. What a model adds to its node's load.
+    asks = {
+        m: -math.expm1(-f.expected_in(now, now + config.horizon_s)) * catalog[m].size_bytes
         for m, f in forecasts.items()
         if m in catalog
     }
     loads: dict[str, float] = {}
-    failed = _place_all(rnd, list(candidates.values()), traffic, loads, commit_by=commit_by)
+    failed = _place_all(rnd, list(candidates.values()), asks, loads, commit_by=commit_by)
     _release_priced(rnd, forecasts)
     memo.kept = _Kept(
         at=now,
@@ -172,7 +174,7 @@ def _full_round(
         keep_values=rnd.keep_values,
         classes=rnd.classes(),
         cooling=cooling,
-        traffic=traffic,
+        asks=asks,
         loads={n: (rnd.books[n], load) for n, load in loads.items()},
     )
     return _plan_of(rnd, full=True)

@@ -304,6 +304,23 @@ def test_a_busy_model_is_staged_away_from_the_node_of_another_busy_one() -> None
     assert [(o.model, o.node, o.tier) for o in orders] == [("busy2", "a", Tier.L2)]
 
 
+def test_rarely_used_models_staged_on_a_node_count_for_the_gpu_room_they_will_ask_for() -> None:
+    # Node a has four rarely used 70 GB models staged, node b one busy 7 GB model. Counted by requests
+    # times bytes, b looks the busier and every rare model piled onto a, whose GPUs they would then
+    # share while b's stood empty; counted by the GPU room each will ask for within the horizon
+    # (bytes times the chance of a request), a is the fuller.
+    rare = [resident(f"rare{i}", 70 * GB, loaded_at=NOW - 3600) for i in range(4)]
+    busy = resident("busy", 7 * GB, loaded_at=NOW - 3600)
+    cap = {Tier.L0: 160 * GB, Tier.L1: 400 * GB, Tier.L2: 2000 * GB}
+    reports = [report("a", {Tier.L2: rare}, capacity=cap), report("b", {Tier.L2: [busy]}, capacity=cap)]
+    cat = catalog(*(spec(r.model, r.bytes) for r in (*rare, busy)), spec("new", 70 * GB))
+    forecasts = {m: flat_forecast(m, 0.01) for m in (*(r.model for r in rare), "new")}  # 0.6 an hour
+    forecasts["busy"] = flat_forecast("busy", 0.5)  # 30 an hour
+    c = cluster("a", "b", l0=160 * GB, l1=400 * GB)
+    orders = plan(NOW, forecasts, [], cat, state(c, *reports), CONFIG)
+    assert {o.node for o in orders if o.model == "new"} == {"b"}
+
+
 def test_a_new_forecast_is_never_planned_from_the_windows_kept_for_the_old_one() -> None:
     cat = catalog(spec("big", 140 * GB))
     for surge in (NOW + 3000, NOW + 1200, NOW + 2400):
