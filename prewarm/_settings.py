@@ -326,6 +326,11 @@ class SchedulerSettings(_Section):
         ge=0,
         description="weighted seconds per GB-minute a copy is held in L1/L0; 0: memory in budget is free",
     )
+    contended_memory_price: float = Field(
+        default=0.0005,
+        ge=0,
+        description="memory_price where the executor's LRU has been giving copies up; 0: none there",
+    )
     objective: Literal["requests", "models"] = Field(
         default="requests",
         description="whose cold starts count the same: every request's, or every model's (per-model rate)",

@@ -70,6 +70,17 @@ class PlannerConfig:
     (``prewarm sim run --unlimited``, where idle memory is the cost being minimised); the simulator
     sweeps it as ``prewarm:X`` to draw the trade-off between idle GB-minutes and cold starts.
     """
+    contended_memory_price: float = 0.0005
+    """``memory_price`` for the tiers where the executor has been giving copies up on its own (the LRU,
+    making room for loads on request: ``NodeState.unused_for``), where ``memory_price`` is 0.
+
+    There the room is wanted, and the LRU would give it up by recency alone, however likely the copy's
+    next request; a copy whose hold is worth less than this price is released one tier down instead
+    (``_release_priced``), on the planning interval. Nowhere else, so on a cluster where everything
+    fits nothing is released. 0.0005 is the price chosen for the serverless comparison on the suite's
+    tune cases (``sim._prewarm.UNLIMITED_MEMORY_PRICE``); docs/benchmarks.md has what it and other
+    prices did on the tight tune cases.
+    """
     cold_start_s: float = 5.0
     """Weighted seconds a cold start costs on top of the seconds it waits: what keeping a model in L0
     saves besides the transfer. A 2 GB model's cold start is a cold start like a 140 GB one's (the
@@ -121,6 +132,7 @@ class PlannerConfig:
             cooldown_s=settings.misprediction_window_s,
             miss_penalty=settings.miss_penalty,
             memory_price=settings.memory_price,
+            contended_memory_price=settings.contended_memory_price,
             objective=settings.objective,
             decision_interval_s=settings.plan_interval_s,
             order_ttl_s=max(4 * settings.plan_interval_s, 10.0),

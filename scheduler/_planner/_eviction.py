@@ -1,5 +1,8 @@
 """Giving room back without a newcomer asking for it: only prefetches that served no request
-(mispredictions), and, where memory has a price, copies not worth what holding them costs.
+(mispredictions), and, where memory has a price, copies not worth what holding them costs. Memory has
+one where it is set (``memory_price``), and where the executor has been giving copies up on its own
+(``contended_memory_price``): there loads on request want the room, and the LRU would give it up by
+recency alone.
 
 Apart from these two rules nothing is demoted or evicted while nothing wants the room: room is made by
 ``_make_room`` when a placement needs it, by value. A cooling rule of old demoted unlikely models out of
@@ -15,7 +18,7 @@ from collections.abc import Collection, Mapping
 from forecaster import ModelForecast
 from models import ModelSpec
 from prewarm import CACHE_TIERS, Order, OrderAction, OrderReason, Tier
-from scheduler._cluster import ClusterState
+from scheduler._cluster import ClusterState, NodeState
 from scheduler._planner._book import _Book, _Entry, _make_room, _Round
 from scheduler._planner._config import PlannerConfig, _Decision
 from scheduler._planner._want import NO_WANTS
@@ -195,15 +198,19 @@ def _release_priced(
     divided by how often the model is used) a Poisson model's use cancels out, so what decides is its
     size alone. A prefetch still within its misprediction window is the misprediction rule's; pinned,
     recently used or loaded, and this round's copies are never released; a model with no forecast is
-    left alone (no signal, no decision). ``nodes``: these only (an incremental round).
+    left alone (no signal, no decision). ``nodes``: these only (an incremental round, which applies
+    ``memory_price`` only: the contended price is judged on the planning interval, by full rounds).
+    The price per tier and node is ``_price_per_gb_s``.
     """
     config = rnd.config
-    if config.memory_price <= 0:
+    if config.memory_price <= 0 and (config.contended_memory_price <= 0 or nodes is not None):
         return
     now, step = rnd.now, config.decision_interval_s
-    cost_per_gb_s = config.memory_price / 60.0
     for name in sorted(rnd.books if nodes is None else nodes):
         for tier in (Tier.L0, Tier.L1):
+            cost_per_gb_s = _price_per_gb_s(config, rnd.books[name].node, tier)
+            if cost_per_gb_s <= 0:
+                continue
             for entry in sorted(rnd.books[name].held[tier].values(), key=lambda e: e.model):
                 book = rnd.books[name]  # a release below replaces the book
                 if entry.model not in book.held[tier]:
@@ -227,6 +234,19 @@ def _release_priced(
                 worth = hazard * rnd.valuer.saved(spec, book.node, fallback, tier)
                 if worth < cost_per_gb_s * entry.bytes / 1e9:
                     _demote_one_tier(rnd, name, book, spec, tier, OrderReason.CAPACITY, key_time=now)
+
+
+def _price_per_gb_s(config: PlannerConfig, node: NodeState, tier: Tier) -> float:
+    """What holding a GB in ``tier`` of ``node`` costs a second: ``memory_price`` where it is set, else
+    ``contended_memory_price`` in host memory where the node's executor has given host copies up on its
+    own lately (``NodeState.unused_for``: loads on request want the room), else nothing. Not in GPU
+    memory: a GPU copy released is its next request's cold start, and on a cluster where everything
+    fits, one load displacing another on a fragmented GPU made a whole tier look contended."""
+    if config.memory_price > 0:
+        return config.memory_price / 60.0
+    if tier is Tier.L1 and any(t is tier for t, _ in node.unused_for):
+        return config.contended_memory_price / 60.0
+    return 0.0
 
 
 def _rate(p: float, span_s: float) -> float:

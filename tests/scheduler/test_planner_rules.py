@@ -158,6 +158,41 @@ def test_nothing_is_demoted_while_everything_fits() -> None:
     assert [o for o in orders if o.action is not OrderAction.PREFETCH] == []
 
 
+def test_where_the_executor_gives_copies_up_a_copy_not_worth_its_memory_goes_before_the_lru_picks() -> None:
+    # Host memory holds a busy copy and one nobody has asked for in over an hour. From one report
+    # nothing wants the room, and both stay. From two, the executor gave a third copy up on its own (a
+    # load on request took its room): there the idle copy is not worth what it holds at the contended
+    # price, and goes to disk now rather than whatever copy the LRU would take next.
+    hot = resident("hot", 50 * GB, loaded_at=NOW - 7200, last_used=NOW - 30)
+    idle = resident("idle", 100 * GB, loaded_at=NOW - 9000, last_used=NOW - 5000)
+    gone = resident("gone", 40 * GB, loaded_at=NOW - 900, last_used=NOW - 600)
+    cap = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
+    before = report("a", {Tier.L1: [hot, idle, gone], Tier.L2: [hot, idle, gone]}, capacity=cap, at=NOW - 60)
+    after = report("a", {Tier.L1: [hot, idle], Tier.L2: [hot, idle, gone]}, capacity=cap)
+    cat = catalog(*(spec(r.model, r.bytes) for r in (hot, idle, gone)))
+    forecasts = {"hot": flat_forecast("hot", 0.5), "idle": flat_forecast("idle", 0.0001)}
+    forecasts["gone"] = flat_forecast("gone", 0.0001)
+
+    def released(
+        *reports: ExecutorState, config: PlannerConfig = CONFIG
+    ) -> list[tuple[str, OrderAction, Tier]]:
+        out = list[Order]()
+        core = SchedulerCore(
+            catalog=cat, cluster=cluster("a"), config=config, dispatch=out.extend, clock=lambda: NOW
+        )
+        core.set_signals(forecasts=forecasts)
+        for r in reports:
+            core.observe(r)
+        core.replan()
+        return [(o.model, o.action, o.tier) for o in out if o.action is not OrderAction.PREFETCH]
+
+    assert CONFIG.memory_price == 0  # the default: memory inside the budget costs nothing ...
+    assert released(after) == []
+    assert released(before, after) == [("idle", OrderAction.DEMOTE, Tier.L2)]
+    # ... and with no contended price, nothing wants the room either way.
+    assert released(before, after, config=dataclasses.replace(CONFIG, contended_memory_price=0.0)) == []
+
+
 def test_priced_memory_holds_the_cheap_memoryless_model_and_releases_the_expensive_one() -> None:
     # The same request rate, no structure: per GB-minute the 2 GB copy saves far more than the 140 GB.
     cap = {Tier.L0: 200 * GB, Tier.L1: 400 * GB, Tier.L2: 2000 * GB}
