@@ -71,15 +71,17 @@ class PlannerConfig:
     sweeps it as ``prewarm:X`` to draw the trade-off between idle GB-minutes and cold starts.
     """
     contended_memory_price: float = 0.0005
-    """``memory_price`` for the tiers where the executor has been giving copies up on its own (the LRU,
-    making room for loads on request: ``NodeState.unused_for``), where ``memory_price`` is 0.
+    """``memory_price`` for host memory on a node whose executor has been giving host copies up on its
+    own (the LRU, making room for loads on request: ``NodeState.unused_for``), where ``memory_price`` is
+    0.
 
     There the room is wanted, and the LRU would give it up by recency alone, however likely the copy's
-    next request; a copy whose hold is worth less than this price is released one tier down instead
-    (``_release_priced``), on the planning interval. Nowhere else, so on a cluster where everything
-    fits nothing is released. 0.0005 is the price chosen for the serverless comparison on the suite's
-    tune cases (``sim._prewarm.UNLIMITED_MEMORY_PRICE``); docs/benchmarks.md has what it and other
-    prices did on the tight tune cases.
+    next request; a copy whose hold is worth less than this price is released to disk instead
+    (``_release_priced``), on the planning interval. Nowhere else: not GPU memory, where a copy released
+    is its next request's cold start, so on a cluster where everything fits nothing is released.
+    0.0005 is the price chosen for the serverless comparison on the suite's tune cases
+    (``sim._prewarm.UNLIMITED_MEMORY_PRICE``); docs/benchmarks.md has what it and other prices did on
+    the tight tune cases.
     """
     cold_start_s: float = 5.0
     """Weighted seconds a cold start costs on top of the seconds it waits: what keeping a model in L0
