@@ -80,9 +80,11 @@ def test_every_built_in_object_validates_against_the_kubernetes_schemas(values: 
 
 
 def _custom_resources() -> list[Obj]:
+    # Read while collecting, where a skip for a missing helm would be a collection error: the other
+    # tests of the module say that helm is missing themselves.
     try:
         return [o for o in rendered("production") if not _built_in(o)]
-    except RenderError:
+    except (RenderError, pytest.skip.Exception):
         return []
 
 
