@@ -327,9 +327,9 @@ class SchedulerSettings(_Section):
         description="weighted seconds per GB-minute a copy is held in L1/L0; 0: memory in budget is free",
     )
     contended_memory_price: float = Field(
-        default=0.0005,
+        default=0.0,
         ge=0,
-        description="memory_price where the executor's LRU has been giving copies up; 0: none there",
+        description="memory_price of host memory where the executor's LRU gives copies up; 0: none",
     )
     objective: Literal["requests", "models"] = Field(
         default="requests",

@@ -3,8 +3,8 @@ fed with forecasts, hints and the nodes' reports every planning interval.
 
 Its knob (``prewarm:X``) is ``PlannerConfig.memory_price``: weighted seconds charged per GB·minute a
 model is held beyond what it serves. Without a knob it is the planner's own price on a cluster (0 by
-default: memory inside the budget is paid for whether it holds a model or not, except
-``contended_memory_price`` in the tiers whose executor gives copies up on its own) and
+default: memory inside the budget is paid for whether it holds a model or not; and
+``contended_memory_price``, 0 by default too) and
 ``UNLIMITED_MEMORY_PRICE`` under ``--unlimited``, where idle memory is the very cost being compared.
 
 A forecast source that can also ``observe(model, at)`` (a ``forecaster.LiveForecasts``) is told of every

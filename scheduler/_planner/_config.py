@@ -70,18 +70,18 @@ class PlannerConfig:
     (``prewarm sim run --unlimited``, where idle memory is the cost being minimised); the simulator
     sweeps it as ``prewarm:X`` to draw the trade-off between idle GB-minutes and cold starts.
     """
-    contended_memory_price: float = 0.0005
+    contended_memory_price: float = 0.0
     """``memory_price`` for host memory on a node whose executor has been giving host copies up on its
     own (the LRU, making room for loads on request: ``NodeState.unused_for``), where ``memory_price`` is
-    0.
+    0: an option for a platform that wants host memory back where it is contended.
 
     There the room is wanted, and the LRU would give it up by recency alone, however likely the copy's
     next request; a copy whose hold is worth less than this price is released to disk instead
     (``_release_priced``), on the planning interval. Nowhere else: not GPU memory, where a copy released
-    is its next request's cold start, so on a cluster where everything fits nothing is released.
-    0.0005 is the price chosen for the serverless comparison on the suite's tune cases
-    (``sim._prewarm.UNLIMITED_MEMORY_PRICE``); docs/benchmarks.md has what it and other prices did on
-    the tight tune cases.
+    is its next request's cold start, so on a cluster where everything fits nothing is released. It
+    trades long waits for idle memory: at 0.0005 (the ``--unlimited`` price) the tight clusters of the
+    policy suite held 5 % less host and GPU memory idle and had 6 % more requests waiting over 5 s
+    (docs/benchmarks.md), so the default is 0: memory inside the budget is paid for either way.
     """
     cold_start_s: float = 5.0
     """Weighted seconds a cold start costs on top of the seconds it waits: what keeping a model in L0

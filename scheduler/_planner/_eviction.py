@@ -1,8 +1,8 @@
 """Giving room back without a newcomer asking for it: only prefetches that served no request
 (mispredictions), and, where memory has a price, copies not worth what holding them costs. Memory has
-one where it is set (``memory_price``), and in host memory where the executor has been giving host
-copies up on its own (``contended_memory_price``): there loads on request want the room, and the LRU
-would give it up by recency alone.
+one where it is set (``memory_price``), and, where ``contended_memory_price`` is set, in host memory
+where the executor has been giving host copies up on its own: there loads on request want the room,
+and the LRU would give it up by recency alone.
 
 Apart from these two rules nothing is demoted or evicted while nothing wants the room: room is made by
 ``_make_room`` when a placement needs it, by value. A cooling rule of old demoted unlikely models out of

@@ -173,8 +173,10 @@ def test_where_the_executor_gives_copies_up_a_copy_not_worth_its_memory_goes_bef
     forecasts = {"hot": flat_forecast("hot", 0.5), "idle": flat_forecast("idle", 0.0001)}
     forecasts["gone"] = flat_forecast("gone", 0.0001)
 
+    priced = dataclasses.replace(CONFIG, contended_memory_price=0.0005)
+
     def released(
-        *reports: ExecutorState, config: PlannerConfig = CONFIG
+        *reports: ExecutorState, config: PlannerConfig = priced
     ) -> list[tuple[str, OrderAction, Tier]]:
         out = list[Order]()
         core = SchedulerCore(
@@ -186,11 +188,10 @@ def test_where_the_executor_gives_copies_up_a_copy_not_worth_its_memory_goes_bef
         core.replan()
         return [(o.model, o.action, o.tier) for o in out if o.action is not OrderAction.PREFETCH]
 
-    assert CONFIG.memory_price == 0  # the default: memory inside the budget costs nothing ...
     assert released(after) == []
     assert released(before, after) == [("idle", OrderAction.DEMOTE, Tier.L2)]
-    # ... and with no contended price, nothing wants the room either way.
-    assert released(before, after, config=dataclasses.replace(CONFIG, contended_memory_price=0.0)) == []
+    # The default: memory inside the budget costs nothing, contended or not.
+    assert released(before, after, config=CONFIG) == []
 
 
 def test_priced_memory_holds_the_cheap_memoryless_model_and_releases_the_expensive_one() -> None:
