@@ -19,7 +19,7 @@ from scheduler_builders import (
 )
 
 from models import PriorityClass
-from prewarm import ConfigError, OrderAction, OrderReason, Tier
+from prewarm import ConfigError, Order, OrderAction, OrderReason, Tier
 from scheduler import DEMAND_SOURCE, Cluster, ClusterState, PlannerConfig, plan, plan_detailed
 
 CONFIG = PlannerConfig()
@@ -290,17 +290,30 @@ def test_gpu_prefetch_leaves_room_for_a_more_valuable_model_waiting_in_host_memo
     }
 
 
+def _plan_beside(
+    staged: dict[str, dict[str, int]], new: tuple[str, int], rates: dict[str, float], *, l0: int, l1: int
+) -> list[Order]:
+    """One round on the nodes of ``staged``, each holding its models (name -> bytes) on disk, with a
+    catalog of them and ``new`` and a flat forecast for each model of ``rates`` (chance a minute)."""
+    cap = {Tier.L0: l0, Tier.L1: l1, Tier.L2: 2000 * GB}
+    reports = [
+        report(node, {Tier.L2: [resident(m, b, loaded_at=NOW - 3600) for m, b in held.items()]}, capacity=cap)
+        for node, held in staged.items()
+    ]
+    sizes = {m: b for held in staged.values() for m, b in held.items()} | dict([new])
+    cat = catalog(*(spec(m, b) for m, b in sizes.items()))
+    forecasts = {m: flat_forecast(m, p) for m, p in rates.items()}
+    return plan(NOW, forecasts, [], cat, state(cluster(*staged, l0=l0, l1=l1), *reports), CONFIG)
+
+
 def test_a_busy_model_is_staged_away_from_the_node_of_another_busy_one() -> None:
     # Requests go where a model is staged: two busy models on one node would take turns on its GPU,
     # even though the other node has less free disk (it holds cold models).
-    cold = [resident(f"cold{i}", 100 * GB, loaded_at=NOW - 3600) for i in range(5)]
-    busy = resident("busy1", 140 * GB, loaded_at=NOW - 3600)
-    cap = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
-    reports = [report("a", {Tier.L2: cold}, capacity=cap), report("b", {Tier.L2: [busy]}, capacity=cap)]
-    cat = catalog(*(spec(r.model, r.bytes) for r in (*cold, busy)), spec("busy2", 140 * GB))
-    forecasts = {r.model: flat_forecast(r.model, 0.0001) for r in cold}
-    forecasts |= {m: flat_forecast(m, 0.02) for m in ("busy1", "busy2")}
-    orders = plan(NOW, forecasts, [], cat, state(cluster("a", "b"), *reports), CONFIG)
+    cold = {f"cold{i}": 100 * GB for i in range(5)}
+    rates = dict.fromkeys(cold, 0.0001) | {"busy1": 0.02, "busy2": 0.02}
+    orders = _plan_beside(
+        {"a": cold, "b": {"busy1": 140 * GB}}, ("busy2", 140 * GB), rates, l0=80 * GB, l1=200 * GB
+    )
     assert [(o.model, o.node, o.tier) for o in orders] == [("busy2", "a", Tier.L2)]
 
 
@@ -309,15 +322,11 @@ def test_rarely_used_models_staged_on_a_node_count_for_the_gpu_room_they_will_as
     # times bytes, b looks the busier and every rare model piled onto a, whose GPUs they would then
     # share while b's stood empty; counted by the GPU room each will ask for within the horizon
     # (bytes times the chance of a request), a is the fuller.
-    rare = [resident(f"rare{i}", 70 * GB, loaded_at=NOW - 3600) for i in range(4)]
-    busy = resident("busy", 7 * GB, loaded_at=NOW - 3600)
-    cap = {Tier.L0: 160 * GB, Tier.L1: 400 * GB, Tier.L2: 2000 * GB}
-    reports = [report("a", {Tier.L2: rare}, capacity=cap), report("b", {Tier.L2: [busy]}, capacity=cap)]
-    cat = catalog(*(spec(r.model, r.bytes) for r in (*rare, busy)), spec("new", 70 * GB))
-    forecasts = {m: flat_forecast(m, 0.01) for m in (*(r.model for r in rare), "new")}  # 0.6 an hour
-    forecasts["busy"] = flat_forecast("busy", 0.5)  # 30 an hour
-    c = cluster("a", "b", l0=160 * GB, l1=400 * GB)
-    orders = plan(NOW, forecasts, [], cat, state(c, *reports), CONFIG)
+    rare = {f"rare{i}": 70 * GB for i in range(4)}
+    rates = dict.fromkeys([*rare, "new"], 0.01) | {"busy": 0.5}  # 0.6 an hour; 30 an hour
+    orders = _plan_beside(
+        {"a": rare, "b": {"busy": 7 * GB}}, ("new", 70 * GB), rates, l0=160 * GB, l1=400 * GB
+    )
     assert {o.node for o in orders if o.model == "new"} == {"b"}
 
 
