@@ -4,8 +4,9 @@ the two memoryless baselines.
 A policy sees the simulated cluster the way the live planner sees real executors: through their reports
 (``tick``), and through each request once it has been served (``on_request``). It answers with
 ``prewarm.Order`` s, which the world applies at their ``not_before`` by the executor's rules. A delayed
-order is confirmed with ``still_wanted`` when it comes due, so a keep-alive timer superseded by a later
-request is dropped rather than applied.
+order is confirmed with ``still_wanted`` when it comes due; one it no longer wants may be replaced then
+(``superseded``), so a keep-alive keeps one timer per model, moved on by later requests, rather than an
+order per request.
 
 - ``reactive``: what platforms do without a keep-alive — nothing until a request arrives, then the world
   loads it (the executor's LRU makes room). Nothing leaves GPU memory until something needs the room.
@@ -124,6 +125,10 @@ class Policy(ABC):
         """Asked when a delayed order comes due: False drops it unapplied."""
         return True
 
+    def superseded(self, order: Order, now: float) -> list[Order]:
+        """Asked when ``still_wanted`` dropped ``order``: the orders that replace it, applied when due."""
+        return []
+
     @abstractmethod
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
         """Called every planning interval with the nodes' reports and the hints received since the last
@@ -197,8 +202,8 @@ def build(cls: type[_M], **fields: Any) -> _M:
 def unvalidated(cls: type[_M], fields: dict[str, Any]) -> _M:
     """A pydantic model from fields already known to be valid; fields left out take their defaults.
 
-    A keep-alive makes an order per request and a planner reads reports every tick: validating them
-    (or ``model_construct``, which resolves defaults field by field) costs more than the simulation.
+    The histogram policy makes orders per request and a planner reads reports every tick: validating
+    them (or ``model_construct``, which resolves defaults field by field) costs more than the simulation.
     """
     required, plain, factories = _defaults(cls)
     if not required.issubset(fields):
@@ -227,7 +232,12 @@ class ReactivePolicy(Policy):
 
 
 class KeepAlivePolicy(Policy):
-    """After each request, hold the model in GPU memory ``ttl_s`` seconds, then unload it."""
+    """After each request, hold the model in GPU memory ``ttl_s`` seconds, then unload it.
+
+    One timer per model: the first request orders the unload, later ones move its time on, and the order
+    that comes due before that time is replaced by one at the time (``superseded``). An order per request
+    was most of the policy's cost on a busy model, and all but the last were dropped unapplied.
+    """
 
     def __init__(self, ttl_s: float = 600.0, name: str | None = None) -> None:
         if ttl_s < 0:
@@ -237,6 +247,8 @@ class KeepAlivePolicy(Policy):
         self._catalog: Catalog | None = None
         self._unlimited = False
         self._due: dict[str, float] = {}  # model -> when its latest request's timer runs out
+        self._node: dict[str, str] = {}  # model -> the node that served its latest request
+        self._armed: set[str] = set()  # models with an unload order on its way
         self._closest: Callable[[str, str], Tier] | None = None
 
     def prepare(self, ctx: PolicyContext) -> None:
@@ -245,22 +257,34 @@ class KeepAlivePolicy(Policy):
         self._closest = ctx.closest
 
     def on_request(self, model: str, at: float, node: str) -> list[Order]:
-        if self._catalog is None:
-            raise RuntimeError("KeepAlivePolicy.prepare was not called")
-        spec = self._catalog[model]
-        # One tier down on a cluster (the design's demotion); out of the only tier under --unlimited.
-        action, tier = (OrderAction.EVICT, Tier.L0) if self._unlimited else (OrderAction.DEMOTE, Tier.L1)
         # Due just after at + TTL: a request exactly TTL after this one still finds it (a timer every
         # TTL seconds stays warm), though orders due at an instant are applied before its requests.
-        due = math.nextafter(at + self.ttl_s, math.inf)
-        self._due[model] = due
-        return [order_for(node, spec, action, tier, due, reason=OrderReason.CAPACITY)]
+        self._due[model] = math.nextafter(at + self.ttl_s, math.inf)
+        self._node[model] = node
+        if model in self._armed:
+            return []  # the timer's order, when due, is replaced by one at the new time
+        self._armed.add(model)
+        return [self._unload(model)]
+
+    def _unload(self, model: str) -> Order:
+        if self._catalog is None:
+            raise RuntimeError("KeepAlivePolicy.prepare was not called")
+        # One tier down on a cluster (the design's demotion); out of the only tier under --unlimited.
+        action, tier = (OrderAction.EVICT, Tier.L0) if self._unlimited else (OrderAction.DEMOTE, Tier.L1)
+        spec, due = self._catalog[model], self._due[model]
+        return order_for(self._node[model], spec, action, tier, due, reason=OrderReason.CAPACITY)
 
     def still_wanted(self, order: Order, now: float) -> bool:
-        if order.not_before < self._due.get(order.model, -np.inf):
-            return False  # a later request restarted the timer: its own order replaces this one
+        if order.not_before < self._due[order.model]:
+            return False  # a later request moved the timer on: replaced (``superseded``)
+        self._armed.discard(order.model)
         # A demotion of a model the LRU already moved out of GPU memory would load it back to L1.
         return self._closest is None or self._closest(order.node, order.model) is Tier.L0
+
+    def superseded(self, order: Order, now: float) -> list[Order]:
+        if order.model not in self._armed:
+            return []  # the timer ran out on a model no longer in GPU memory: nothing to unload
+        return [self._unload(order.model)]
 
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
         return []

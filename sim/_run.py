@@ -144,8 +144,12 @@ def simulate(
 
     def due(order: Order) -> None:
         now = clock.now
-        if now < end and policy.still_wanted(order, now):
+        if now >= end:
+            return
+        if policy.still_wanted(order, now):
             world.apply(order, now)
+        else:
+            schedule(policy.superseded(order, now))
 
     def schedule(orders: list[Order]) -> None:
         now = clock.now

@@ -155,6 +155,17 @@ def test_keepalive_under_unlimited_memory_matches_its_closed_form(
     assert set(result.idle_gb_minutes) == {"L0"}
 
 
+def test_keepalive_keeps_one_timer_per_model_moved_on_by_each_request() -> None:
+    # Requested every minute for an hour: resident the hour and ten minutes after it (the closed form),
+    # unloaded by the timer its first request set, moved on when due (six times) and then carried out,
+    # not by an order per request.
+    requests = [(CUT + 60 * k, "m") for k in range(60)]
+    result = _run("keepalive:600", requests, _catalog({"m": 14 * GB}), unlimited=True)
+    cold, idle = _closed_form({"m": [t for t, _ in requests]}, {"m": 14 * GB}, 600, CUT, CUT + 2 * HOUR)
+    assert (result.cold_starts, result.idle_gb_minutes["L0"]) == (cold, pytest.approx(idle, rel=1e-6))
+    assert result.orders == 7
+
+
 def test_a_timer_exactly_every_ttl_stays_warm_under_keepalive() -> None:
     requests = [(CUT + 600 * k, "timer") for k in range(-3, 12)]
     result = _run("keepalive:600", requests, _catalog({"timer": 14 * GB}), unlimited=True)
