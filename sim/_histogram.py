@@ -215,7 +215,9 @@ class HistogramPolicy(Policy):
         self.name = name or ("histogram" if range_min == DEFAULT_RANGE_MIN else f"histogram:{range_min}")
         self._hist: dict[str, IdleHistogram] = {}
         self._last: dict[str, float] = {}
-        self._live: dict[str, tuple[str, ...]] = {}
+        self._live: dict[str, tuple[str, ...]] = {}  # the latest plan's unload and pre-warm orders
+        self._keep: dict[str, tuple[float, str]] = {}  # the latest plan's unload at its tail: when, where
+        self._armed: dict[str, Order] = {}  # the earliest such unload on its way, per model
         self._specs: dict[str, ModelSpec] = {}
         self._start = float("inf")
         self._unload = (OrderAction.EVICT, Tier.L0)
@@ -267,8 +269,7 @@ class HistogramPolicy(Policy):
             self._last[model] = at
         w = hist.windows()
         action, tier = self._unload
-        keep = order_for(node, spec, action, tier, at + w.keepalive_s, reason=OrderReason.CAPACITY)
-        orders = [keep]
+        orders: list[Order] = []
         if w.prewarm_s > 0:
             # Unloaded once this request is served: at once when it found the model in GPU memory, else
             # when its load is in (a copy still loading cannot be demoted). Kept when that is past the head.
@@ -278,11 +279,24 @@ class HistogramPolicy(Policy):
                 load = order_for(
                     node, spec, OrderAction.PREFETCH, Tier.L0, at + w.prewarm_s, reason=OrderReason.FORECAST
                 )
-                orders = [unload, load, keep]
+                orders = [unload, load]
         self._plan[model] = (at, w)
         # A later request for the model re-plans: only the orders of its latest plan are still wanted.
         self._live[model] = tuple(o.id for o in orders)
+        # The unload at the tail is one timer per model, as keep-alive's: ordered anew only when it falls
+        # before the one on its way, which is otherwise moved on when it comes due (``superseded``).
+        self._keep[model] = (at + w.keepalive_s, node)
+        armed = self._armed.get(model)
+        if armed is None or armed.not_before > at + w.keepalive_s:
+            orders.append(self._keep_order(model))
         return orders
+
+    def _keep_order(self, model: str) -> Order:
+        due, node = self._keep[model]
+        action, tier = self._unload
+        order = order_for(node, self._specs[model], action, tier, due, reason=OrderReason.CAPACITY)
+        self._armed[model] = order
+        return order
 
     def _load_s(self, model: str, at: float, size: int) -> float:
         """How long after ``at`` a request for ``model`` is served, as far as this policy's own plan
@@ -300,7 +314,15 @@ class HistogramPolicy(Policy):
         return sum(size / rate + ctx.hop_overhead_s for rate in rates if rate > 0)
 
     def still_wanted(self, order: Order, now: float) -> bool:
-        return order.id in self._live.get(order.model, ())
+        if order is not self._armed.get(order.model):
+            return order.id in self._live.get(order.model, ())  # a stale tail unload is in neither
+        if (order.not_before, order.node) != self._keep[order.model]:
+            return False  # a later plan moved the tail on: replaced (``superseded``)
+        del self._armed[order.model]
+        return True
+
+    def superseded(self, order: Order, now: float) -> list[Order]:
+        return [self._keep_order(order.model)] if order is self._armed.get(order.model) else []
 
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
         return []

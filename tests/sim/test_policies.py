@@ -166,6 +166,16 @@ def test_keepalive_keeps_one_timer_per_model_moved_on_by_each_request() -> None:
     assert result.orders == 7
 
 
+def test_the_histogram_keeps_one_timer_per_model_for_its_tail_unload() -> None:
+    # Fewer than ten idle times, too few to trust: kept for the whole range (4 h) after each request.
+    # Requested every six minutes for an hour from the cut: loaded once and held to the end of the 2-hour
+    # window, by one order whose time each request moved on (it is not due before the window ends).
+    requests = [(CUT + 360 * k, "m") for k in range(10)]
+    result = _run("histogram", requests, _catalog({"m": 14 * GB}), unlimited=True)
+    assert (result.cold_starts, result.orders) == (1, 1)
+    assert result.idle_gb_minutes["L0"] == pytest.approx(14 * 120)
+
+
 def test_a_timer_exactly_every_ttl_stays_warm_under_keepalive() -> None:
     requests = [(CUT + 600 * k, "timer") for k in range(-3, 12)]
     result = _run("keepalive:600", requests, _catalog({"timer": 14 * GB}), unlimited=True)
