@@ -47,7 +47,15 @@ import numpy.typing as npt
 
 from models import ModelSpec
 from prewarm import HOP_INTO, ExecutorState, Hint, InvalidInput, Order, OrderAction, OrderReason, Tier
-from sim._policies import Policy, PolicyContext, PolicyInputs, knob_float, order_for, register_policy
+from sim._policies import (
+    Policy,
+    PolicyContext,
+    PolicyInputs,
+    UnloadTimer,
+    knob_float,
+    order_for,
+    register_policy,
+)
 
 __all__ = [
     "BIN_S",
@@ -216,8 +224,7 @@ class HistogramPolicy(Policy):
         self._hist: dict[str, IdleHistogram] = {}
         self._last: dict[str, float] = {}
         self._live: dict[str, tuple[str, ...]] = {}  # the latest plan's unload and pre-warm orders
-        self._keep: dict[str, tuple[float, str]] = {}  # the latest plan's unload at its tail: when, where
-        self._armed: dict[str, Order] = {}  # the earliest such unload on its way, per model
+        self._tail = UnloadTimer(self._unload_at)  # the latest plan's unload at its tail
         self._specs: dict[str, ModelSpec] = {}
         self._start = float("inf")
         self._unload = (OrderAction.EVICT, Tier.L0)
@@ -285,18 +292,11 @@ class HistogramPolicy(Policy):
         self._live[model] = tuple(o.id for o in orders)
         # The unload at the tail is one timer per model, as keep-alive's: ordered anew only when it falls
         # before the one on its way, which is otherwise moved on when it comes due (``superseded``).
-        self._keep[model] = (at + w.keepalive_s, node)
-        armed = self._armed.get(model)
-        if armed is None or armed.not_before > at + w.keepalive_s:
-            orders.append(self._keep_order(model))
-        return orders
+        return orders + self._tail.set(model, at + w.keepalive_s, node)
 
-    def _keep_order(self, model: str) -> Order:
-        due, node = self._keep[model]
+    def _unload_at(self, model: str, node: str, due: float) -> Order:
         action, tier = self._unload
-        order = order_for(node, self._specs[model], action, tier, due, reason=OrderReason.CAPACITY)
-        self._armed[model] = order
-        return order
+        return order_for(node, self._specs[model], action, tier, due, reason=OrderReason.CAPACITY)
 
     def _load_s(self, model: str, at: float, size: int) -> float:
         """How long after ``at`` a request for ``model`` is served, as far as this policy's own plan
@@ -314,15 +314,12 @@ class HistogramPolicy(Policy):
         return sum(size / rate + ctx.hop_overhead_s for rate in rates if rate > 0)
 
     def still_wanted(self, order: Order, now: float) -> bool:
-        if order is not self._armed.get(order.model):
-            return order.id in self._live.get(order.model, ())  # a stale tail unload is in neither
-        if (order.not_before, order.node) != self._keep[order.model]:
-            return False  # a later plan moved the tail on: replaced (``superseded``)
-        del self._armed[order.model]
-        return True
+        if self._tail.owns(order):
+            return self._tail.due(order)
+        return order.id in self._live.get(order.model, ())  # a tail unload replaced is in neither
 
     def superseded(self, order: Order, now: float) -> list[Order]:
-        return [self._keep_order(order.model)] if order is self._armed.get(order.model) else []
+        return self._tail.moved(order)
 
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
         return []

@@ -51,6 +51,7 @@ __all__ = [
     "PolicyInputs",
     "ReactivePolicy",
     "Requests",
+    "UnloadTimer",
     "knob_float",
     "make_policy",
     "order_for",
@@ -221,6 +222,46 @@ def unvalidated(cls: type[_M], fields: dict[str, Any]) -> _M:
     return model
 
 
+class UnloadTimer:
+    """One unload order per model on its way, moved on by later plans rather than ordered anew.
+
+    ``set`` says when (and on which node) a model's unload is now due; it returns an order only when none
+    is on its way or the one on its way comes later. When that order comes due, ``due`` says whether it is
+    the unload as planned now (and takes it off its way); if it is not, ``moved`` gives the order at the
+    planned time that replaces it (``Policy.superseded``). ``make(model, node, due)`` builds an order.
+    """
+
+    def __init__(self, make: Callable[[str, str, float], Order]) -> None:
+        self._make = make
+        self._plan: dict[str, tuple[float, str]] = {}  # model -> (when, node) its unload is due now
+        self._armed: dict[str, Order] = {}  # model -> its earliest unload on its way
+
+    def set(self, model: str, due: float, node: str) -> list[Order]:
+        self._plan[model] = (due, node)
+        armed = self._armed.get(model)
+        return [] if armed is not None and armed.not_before <= due else [self._arm(model)]
+
+    def owns(self, order: Order) -> bool:
+        """Whether ``order`` is the unload on its way (an earlier one it replaced is not)."""
+        return order is self._armed.get(order.model)
+
+    def due(self, order: Order) -> bool:
+        """Whether ``order`` (one this timer ``owns``) is the unload as planned now; then it is done."""
+        if (order.not_before, order.node) != self._plan[order.model]:
+            return False
+        del self._armed[order.model]
+        return True
+
+    def moved(self, order: Order) -> list[Order]:
+        """The order that replaces ``order``, which ``due`` refused: at the time planned now."""
+        return [self._arm(order.model)] if self.owns(order) else []
+
+    def _arm(self, model: str) -> Order:
+        due, node = self._plan[model]
+        order = self._armed[model] = self._make(model, node, due)
+        return order
+
+
 class ReactivePolicy(Policy):
     """Load on request (the world does that for every policy), and nothing else."""
 
@@ -234,9 +275,9 @@ class ReactivePolicy(Policy):
 class KeepAlivePolicy(Policy):
     """After each request, hold the model in GPU memory ``ttl_s`` seconds, then unload it.
 
-    One timer per model: the first request orders the unload, later ones move its time on, and the order
-    that comes due before that time is replaced by one at the time (``superseded``). An order per request
-    was most of the policy's cost on a busy model, and all but the last were dropped unapplied.
+    One timer per model (``UnloadTimer``): the first request orders the unload, later ones move its time
+    on. An order per request was most of the policy's cost on a busy model, and all but the last were
+    dropped unapplied.
     """
 
     def __init__(self, ttl_s: float = 600.0, name: str | None = None) -> None:
@@ -246,9 +287,7 @@ class KeepAlivePolicy(Policy):
         self.name = name or f"keepalive:{ttl_s:g}"
         self._catalog: Catalog | None = None
         self._unlimited = False
-        self._due: dict[str, float] = {}  # model -> when its latest request's timer runs out
-        self._node: dict[str, str] = {}  # model -> the node that served its latest request
-        self._armed: set[str] = set()  # models with an unload order on its way
+        self._timer = UnloadTimer(self._unload)
         self._closest: Callable[[str, str], Tier] | None = None
 
     def prepare(self, ctx: PolicyContext) -> None:
@@ -259,32 +298,23 @@ class KeepAlivePolicy(Policy):
     def on_request(self, model: str, at: float, node: str) -> list[Order]:
         # Due just after at + TTL: a request exactly TTL after this one still finds it (a timer every
         # TTL seconds stays warm), though orders due at an instant are applied before its requests.
-        self._due[model] = math.nextafter(at + self.ttl_s, math.inf)
-        self._node[model] = node
-        if model in self._armed:
-            return []  # the timer's order, when due, is replaced by one at the new time
-        self._armed.add(model)
-        return [self._unload(model)]
+        return self._timer.set(model, math.nextafter(at + self.ttl_s, math.inf), node)
 
-    def _unload(self, model: str) -> Order:
+    def _unload(self, model: str, node: str, due: float) -> Order:
         if self._catalog is None:
             raise RuntimeError("KeepAlivePolicy.prepare was not called")
         # One tier down on a cluster (the design's demotion); out of the only tier under --unlimited.
         action, tier = (OrderAction.EVICT, Tier.L0) if self._unlimited else (OrderAction.DEMOTE, Tier.L1)
-        spec, due = self._catalog[model], self._due[model]
-        return order_for(self._node[model], spec, action, tier, due, reason=OrderReason.CAPACITY)
+        return order_for(node, self._catalog[model], action, tier, due, reason=OrderReason.CAPACITY)
 
     def still_wanted(self, order: Order, now: float) -> bool:
-        if order.not_before < self._due[order.model]:
+        if not (self._timer.owns(order) and self._timer.due(order)):
             return False  # a later request moved the timer on: replaced (``superseded``)
-        self._armed.discard(order.model)
         # A demotion of a model the LRU already moved out of GPU memory would load it back to L1.
         return self._closest is None or self._closest(order.node, order.model) is Tier.L0
 
     def superseded(self, order: Order, now: float) -> list[Order]:
-        if order.model not in self._armed:
-            return []  # the timer ran out on a model no longer in GPU memory: nothing to unload
-        return [self._unload(order.model)]
+        return self._timer.moved(order)
 
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
         return []
