@@ -203,8 +203,9 @@ def build(cls: type[_M], **fields: Any) -> _M:
 def unvalidated(cls: type[_M], fields: dict[str, Any]) -> _M:
     """A pydantic model from fields already known to be valid; fields left out take their defaults.
 
-    The histogram policy makes orders per request and a planner reads reports every tick: validating
-    them (or ``model_construct``, which resolves defaults field by field) costs more than the simulation.
+    The baselines make orders by the hundred thousand and a planner reads reports every tick:
+    validating them (or ``model_construct``, which resolves defaults field by field) costs more than the
+    simulation.
     """
     required, plain, factories = _defaults(cls)
     if not required.issubset(fields):
