@@ -10,7 +10,8 @@ are counted apart, as out of bounds. After each request at ``t`` the histogram g
 
 When ``head > 0`` the model is unloaded right after the request and loaded back to GPU memory at
 ``t + head``; otherwise it stays. Either way it is unloaded at ``t + tail``, unless a later request
-re-plans first (``still_wanted`` drops the superseded orders). Percentiles are read off the bins:
+re-plans first (``still_wanted`` drops the superseded plan's orders; the unload at the tail is one order
+per model whose time each plan moves: ``UnloadTimer``). Percentiles are read off the bins:
 ``head`` is the lower edge of the bin where the cumulative count reaches 5%, ``tail`` the upper edge of
 the bin where it reaches 99% — the histogram knows no finer, and both roundings keep the model longer.
 

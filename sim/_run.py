@@ -7,7 +7,8 @@ Each policy starts from the state it reaches at the end of training: the last ``
 training span (at least the longest policy memory, 4 hours) is replayed through it uncounted, so a model
 used minutes before the cut is not cold at the cut. In the window the policy is ticked every ``tick_s``
 with the nodes' reports and the hints received since, told of every request once it is served, and its
-orders are applied when due (a delayed one only if the policy ``still_wanted`` it). At the end the loads
+orders are applied when due (a delayed one only if the policy ``still_wanted`` it, else replaced by what
+its ``superseded`` returns). At the end the loads
 requests still wait for are played out, so that every wait is known.
 """
 
