@@ -38,6 +38,7 @@ class _Entry:
     value: float  # what keeping it here is worth; a newcomer must be worth more to displace it
     protected: bool  # placed this round, pinned, or recently loaded/used: never a victim
     gpus: tuple[int, ...] = ()  # L0 only: the book's GPUs (positions) holding one shard each
+    bet: bool = False  # prefetched into GPU or host memory and unused since: a waiting request's victim only
 
     def shard(self) -> int:
         return -(-self.bytes // max(len(self.gpus), 1))
@@ -293,6 +294,7 @@ def _open_book(rnd: _Round, node: NodeState) -> _Book:
                 bytes=r.bytes,
                 value=value,
                 protected=_protected(r, now, config) or not in_catalog,
+                bet=r.prefetched and tier in _BET_TIERS,
             )
     book = _Book(
         node=node,
@@ -329,6 +331,10 @@ def _open_gpus(book: _Book, node: NodeState, l0: dict[str, _Entry]) -> None:
     for g, more in enumerate(extra):
         book._gpu_used[g] += more
     book._used = used  # the tier's total was counted from the report already
+
+
+_BET_TIERS = (Tier.L0, Tier.L1)
+"""The tiers the misprediction rule judges a prefetched copy in."""
 
 
 def _protected(r: ResidentModel, now: float, config: PlannerConfig) -> bool:
@@ -371,12 +377,21 @@ def _book_pending(rnd: _Round, cluster: ClusterState, books: Mapping[str, _Book]
 
 
 def _victims(book: _Book, tier: Tier, value: float) -> list[_Entry]:
-    """Residents of ``tier`` that a newcomer worth ``value`` may displace, least valuable first."""
+    """Residents of ``tier`` that a newcomer worth ``value`` may displace, least valuable first.
+
+    A copy prefetched and not used yet is displaced for a waiting request only (worth ``_INF``), never
+    for another speculative copy: displaced unused, it is a misprediction for certain, where left alone
+    it may still serve the request it was brought for, and the misprediction rule demotes it when its
+    window has passed (in at most ``misprediction_window_s``). One bet does not pay for another."""
+    speculative = value < _INF
     return sorted(
         (
             e
             for e in book.held[tier].values()
-            if not e.protected and e.value < value and book.closest(e.model).level >= tier.level
+            if not e.protected
+            and e.value < value
+            and not (speculative and e.bet)
+            and book.closest(e.model).level >= tier.level
         ),
         key=lambda e: (e.value, -e.bytes, e.model),
     )

@@ -370,6 +370,36 @@ def test_a_waiting_request_still_loads_from_the_closest_copy_and_makes_room_ther
     ]
 
 
+def prefetched_copy_filling_host_memory() -> tuple[Catalog, ClusterState]:
+    """Node a: host memory (200 GB) holds "bet", a 150 GB copy prefetched 300 s ago for a demand
+    predicted 200 s ago and not used yet (its misprediction window is still open), now worth little;
+    "next" (100 GB: too big for the 80 GB GPU) is staged on disk."""
+    bet = prefetch("bet", Tier.L1, NOW - 300)
+    copy = resident("bet", 150 * GB, loaded_at=NOW - 290, prefetched=True)
+    staged = resident("next", 100 * GB, loaded_at=NOW - 3600)
+    r = report("a", {Tier.L1: [copy], Tier.L2: [copy, staged]}, capacity=CAP)
+    world = ClusterState.merge(cluster("a"), {"a": r}, recent=[bet], predicted={bet.id: NOW - 200})
+    return catalog(spec("bet", 150 * GB), spec("next", 100 * GB)), world
+
+
+def test_an_unused_prefetched_copy_is_not_displaced_for_another_speculative_one() -> None:
+    # Displaced now, "bet" would be a misprediction for certain; left alone it may still serve the
+    # request it was brought for, and the misprediction rule judges it when its window has passed.
+    cat, world = prefetched_copy_filling_host_memory()
+    forecasts = {"bet": flat_forecast("bet", 0.01), "next": surge_forecast("next", NOW + 600, p=0.99)}
+    assert plan(NOW, forecasts, [], cat, world, CONFIG) == []
+
+
+def test_a_waiting_request_displaces_an_unused_prefetched_copy() -> None:
+    cat, world = prefetched_copy_filling_host_memory()
+    waiting = [hint("next", source=DEMAND_SOURCE)]
+    orders = plan(NOW, {"bet": flat_forecast("bet", 0.01)}, waiting, cat, world, CONFIG)
+    assert [(o.model, o.action, o.tier) for o in orders] == [
+        ("bet", OrderAction.DEMOTE, Tier.L2),
+        ("next", OrderAction.PREFETCH, Tier.L1),
+    ]
+
+
 @pytest.mark.parametrize(("loaded_ago", "tier"), [(10.0, Tier.L2), (7200.0, Tier.L1)])
 def test_no_speculative_copy_goes_where_requests_would_evict_it_before_its_window_is_out(
     loaded_ago: float, tier: Tier
