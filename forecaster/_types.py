@@ -62,6 +62,18 @@ class ModelForecast:
         window = self._slice(t0, t1)
         return float(-np.expm1(self.log_miss[window.stop] - self.log_miss[window.start]))
 
+    def p_between(self, t0: float, t1: float) -> float:
+        """P(at least one request in [t0, t1)), each bucket's chance spread evenly over it: a span that
+        covers part of a bucket gets that part of its chance, where ``p_window`` counts whole buckets."""
+        if t1 <= t0 or not len(self.p_any):
+            return 0.0
+        return float(-np.expm1(self._log_miss_at(t1) - self._log_miss_at(t0)))
+
+    def _log_miss_at(self, t: float) -> float:
+        x = min(max((t - self.start) / self.bucket_s, 0.0), float(len(self.p_any)))
+        i = min(int(x), len(self.p_any) - 1)
+        return float(self.log_miss[i] + (x - i) * (self.log_miss[i + 1] - self.log_miss[i]))
+
     def expected_in(self, t0: float, t1: float) -> float:
         """Expected requests in [t0, t1)."""
         window = self._slice(t0, t1)

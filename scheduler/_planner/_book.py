@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from forecaster import ModelForecast
 from models import Catalog
 from prewarm import (
     CACHE_TIERS,
@@ -217,6 +218,9 @@ class _Round:
     gains: Mapping[str, Mapping[Tier, float]]
     """Per model, ``_Valuer.gains``: computed once per round, for forecast wants and ``_payers`` alike."""
     valuer: _Valuer
+    forecasts: Mapping[str, ModelForecast] = field(default_factory=dict)
+    """The round's forecasts, by model: what a copy that lasts only part of its want's window is worth
+    is read from them (``_placement._lasting``)."""
     books: _Books = field(default_factory=_Books)
     orders: list[Order] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)

@@ -171,7 +171,9 @@ def _incremental(
             wants[model] = fresh[model]
         else:
             wants.pop(model, None)
-    rnd = _Round(now=now, config=config, catalog=catalog, wants=wants, gains=gains, valuer=valuer)
+    rnd = _Round(
+        now=now, config=config, catalog=catalog, wants=wants, gains=gains, valuer=valuer, forecasts=forecasts
+    )
     rnd.books = kept.opened.copy()
     rnd.keep_values = dict(kept.keep_values)
     for model in touched:  # their wants changed: what keeping them is worth too

@@ -303,10 +303,13 @@ def _lasting(rnd: _Round, book: _Book, tier: Tier, size: int, want: _Want, lead:
     ``tier`` for it is still there, unused, to serve; ``want`` itself when the copy lasts the window
     (``_lifetime``).
 
-    A forecast's window is one of requests arriving at a rate: the chance that none comes in a part of
-    it is the chance that none comes in all of it to the power of that part. So a busy model's copy
-    that lasts a third of its window serves a request more often than not. A hint's window is a
-    deadline, not a rate: its request is taken as equally likely anywhere in it.
+    A forecast's want is worth the forecast's chance of a request while the copy is there, read from
+    its buckets (``ModelForecast.p_between``): a busy model's copy that lasts a third of its window
+    serves a request more often than not, and a timer's copy that lands minutes before the tick and
+    lasts one is worth next to nothing, however certain the tick. Without the forecast, the window is
+    read as one of requests at a rate: the chance that none comes in a part of it is the chance that
+    none comes in all of it to the power of that part. A hint's window is a deadline, not a rate: its
+    request is taken as equally likely anywhere in it.
     """
     landing = max(rnd.now, want.t0 - lead) + lead
     # How much of the window the copy is there for:
@@ -320,6 +323,9 @@ def _lasting(rnd: _Round, book: _Book, tier: Tier, size: int, want: _Want, lead:
     # copy on one node for the day while loads pinned to the other node by their host copies took turns
     # there: 2,816 cold starts where this reading has 190 (docs/benchmarks.md, fifth stop).
     if want.reason is OrderReason.FORECAST and want.p < 1.0:
+        forecast = rnd.forecasts.get(want.model)
+        if forecast is not None and until > 0:
+            return want._replace(p=min(want.p, forecast.p_between(landing, want.t0 + until)))
         return want._replace(p=1.0 - (1.0 - want.p) ** part)
     return want._replace(p=want.p * part)
 

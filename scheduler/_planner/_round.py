@@ -130,7 +130,9 @@ def _full_round(
     signalled = {*forecasts, *(h.model for h in hints)}
     gains = {m: valuer.gains(catalog[m], nodes) for m in signalled if m in catalog}
     wants = _wants(now, forecasts, hints, catalog, config, gains, memo.windows)
-    rnd = _Round(now=now, config=config, catalog=catalog, wants=wants, gains=gains, valuer=valuer)
+    rnd = _Round(
+        now=now, config=config, catalog=catalog, wants=wants, gains=gains, valuer=valuer, forecasts=forecasts
+    )
     for name in sorted(cluster.nodes):
         rnd.books[name] = _open_book(rnd, cluster.nodes[name])
     _book_pending(rnd, cluster)

@@ -10,7 +10,15 @@ from forecaster_helpers import MONDAY, weekday_spike_history
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forecaster import Choice, ForecasterBundle, History, SelectionConfig, fit_bundle, recent_rate_forecasts
+from forecaster import (
+    Choice,
+    ForecasterBundle,
+    History,
+    ModelForecast,
+    SelectionConfig,
+    fit_bundle,
+    recent_rate_forecasts,
+)
 from forecaster._codec import encode_array
 
 DAY = 86400
@@ -170,3 +178,17 @@ def test_recent_rate_weighs_the_last_minutes_and_leaves_out_silent_models() -> N
     # minutes' (6/min) count half each, so it is forecast well above its hour-long mean at once.
     started = recent_rate_forecasts({"new": hour[:50] + [6.0] * 10}, now, horizon_s=600)["new"]
     np.testing.assert_allclose(started.expected, 0.5 * 1.0 + 0.5 * 6.0)
+
+
+def test_p_between_gives_part_of_a_bucket_its_part_of_the_chance() -> None:
+    # Minute buckets, 0.5 in the first and 0.9 in the second: p_window counts whole buckets, p_between
+    # spreads each bucket's chance evenly over it.
+    p_any = np.array([0.5, 0.9, 0.0])
+    forecast = ModelForecast(model="m", start=0.0, bucket_s=60, expected=p_any, p_any=p_any, family="test")
+    assert forecast.p_window(0.0, 30.0) == pytest.approx(0.5)
+    assert forecast.p_between(0.0, 30.0) == pytest.approx(1 - 0.5**0.5)
+    assert forecast.p_between(30.0, 90.0) == pytest.approx(1 - 0.5**0.5 * 0.1**0.5)
+    assert forecast.p_between(0.0, 180.0) == pytest.approx(forecast.p_window(0.0, 180.0))
+    assert forecast.p_between(120.0, 150.0) == 0.0
+    assert forecast.p_between(90.0, 90.0) == 0.0
+    assert forecast.p_between(-600.0, 0.0) == 0.0  # before the forecast: no chance it speaks for

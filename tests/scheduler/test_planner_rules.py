@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 from scheduler_builders import (
     GB,
@@ -492,6 +493,39 @@ def test_a_tier_whose_executor_gives_up_unused_copies_within_minutes_gets_only_a
 
     assert first_order(after) == ("big", OrderAction.PREFETCH, Tier.L1)
     assert first_order(before, after) == ("big", OrderAction.PREFETCH, tier)
+
+
+def test_a_timers_copy_is_timed_to_land_at_its_tick_where_host_memory_keeps_a_copy_only_minutes() -> None:
+    # The executor gives host copies up about 90 s after their last use (seen from two reports).
+    # "tick", staged on disk, comes for sure five minutes from now; its forecast also gives it 0.05 a
+    # minute before that. The window from now holds the tick, so as a whole it is all but certain, and
+    # its arrival is read two minutes from now. A copy landing then would be gone before the tick: it
+    # is worth the chance of a request while it lasts, which the forecast's minutes give (about 0.07),
+    # not the window's chance spread evenly over it (about 0.8). So it is ordered to land a minute or
+    # so before the tick.
+    hot = [resident(f"hot{i}", 50 * GB, loaded_at=NOW - 7200, last_used=NOW - 30) for i in range(2)]
+    gone = resident("gone", 50 * GB, loaded_at=NOW - 200, last_used=NOW - 120)
+    staged = resident("tick", 100 * GB, loaded_at=NOW - 7200)
+    disk = [*hot, gone, staged]
+    before = report("a", {Tier.L1: [*hot, gone], Tier.L2: disk}, capacity=CAP, at=NOW - 60)
+    after = report("a", {Tier.L1: hot, Tier.L2: disk}, capacity=CAP)
+    cat = catalog(*(spec(r.model, r.bytes) for r in (*hot, gone)), spec("tick", 100 * GB))
+    p_any = np.zeros(120)
+    p_any[:5], p_any[5] = 0.05, 0.99999
+    tick = ModelForecast(model="tick", start=NOW, bucket_s=60, expected=p_any, p_any=p_any, family="test")
+    clock, out = [NOW], list[Order]()
+    core = SchedulerCore(
+        catalog=cat, cluster=cluster("a"), config=CONFIG, dispatch=out.extend, clock=lambda: clock[0]
+    )
+    core.set_signals(forecasts={"tick": tick})
+    core.observe(before)
+    core.observe(after)
+    while not out and clock[0] < NOW + 300:
+        core.replan()
+        clock[0] += 30
+    [order] = out
+    assert (order.model, order.action, order.tier) == ("tick", OrderAction.PREFETCH, Tier.L1)
+    assert NOW + 200 <= order.not_before < NOW + 300
 
 
 @pytest.mark.parametrize(("model", "tier"), [("wide", Tier.L1), ("narrow", Tier.L0)])
