@@ -11,7 +11,10 @@ Tune cases (a policy's knobs may be chosen on these):
 - ``moving_peak``: daily peaks whose hour drifts or wanders from day to day;
 - ``flash_crowd``: unannounced one-hour surges of 25–40 × a model's mean rate;
 - ``deprecation``: popular models whose traffic stops, abruptly or over a day;
-- ``hinted``: session traffic announced by product-page hints, with false alarms and unhinted sessions.
+- ``hinted``: session traffic announced by product-page hints, with false alarms and unhinted sessions;
+- ``zipf_onoff``: a generator unlike the others (popularity by rank, a shape per model drawn at random,
+  on/off bursts), the heaviest load on the tight cluster; added after a planner rule was chosen on
+  traffic of its kind, so it tunes and never judges.
 
 Judge cases (held back; a result counts when it holds here too):
 
@@ -524,6 +527,62 @@ def _memoryless(rng: np.random.Generator) -> Case:
     )
 
 
+def _zipf_onoff(rng: np.random.Generator) -> Case:
+    # Not this module's other generators: popularity by rank (Zipf, exponent 1.1, 20,000 requests a
+    # day at the head), and a shape per model drawn at random: a daily cycle with its own peak hour,
+    # depth and weekend level, a timer, on/off bursts (a two-state Markov-modulated Poisson process),
+    # or a flat rate; one model in seven launched and one in seven retired at a random moment.
+    clock = _clock(_FRI, 6, 48)
+    ev = Events(clock, rng)
+    n = 40
+    daily = 20000.0 / (rng.permutation(n) + 1.0) ** 1.1
+    shapes = rng.choice(["diurnal", "timer", "onoff", "flat"], size=n, p=[0.45, 0.15, 0.2, 0.2])
+    t = clock.start + 60.0 * np.arange(clock.minutes)
+    for i, (per_day, shape) in enumerate(zip(daily, shapes, strict=True)):
+        model = f"zo-{i:02d}"
+        life = rng.random()
+        live = np.ones(clock.minutes)
+        at: float | None = None
+        if life < 1 / 7 or life > 6 / 7:
+            at = clock.start + rng.uniform(0.3, 0.9) * (clock.end - clock.start)
+            live = (t >= at if life < 1 / 7 else t < at).astype(np.float64)
+        kind = "launch" if life < 1 / 7 else "deprecation" if life > 6 / 7 else str(shape)
+        if shape == "timer":
+            period = float(rng.choice([300.0, 900.0, 1800.0, 3600.0, 14400.0]))
+            ticks = np.arange(clock.start + rng.uniform(0.0, period), clock.end, period)
+            ticks = ticks + rng.normal(0.0, 2.0, ticks.size)
+            ticks = ticks[
+                live[np.clip(((ticks - clock.start) // 60).astype(np.int64), 0, clock.minutes - 1)] > 0
+            ]
+            ev.add(model, ticks, ModelTruth(kind, at=at, note=f"timer every {period:g} s"))
+            continue
+        rate = np.full(clock.minutes, per_day / 1440.0)
+        note = f"{per_day:.3g}/day"
+        if shape == "diurnal":
+            peak, depth, level = rng.uniform(0.0, 24.0), rng.uniform(0.3, 0.95), rng.uniform(0.3, 1.0)
+            rate = rate * diurnal(clock, peak, depth) * weekend(clock, level)
+            note += f", peak {peak:.0f} h, depth {depth:.2f}, weekends × {level:.2f}"
+        elif shape == "onoff":
+            on_s, off_s = rng.uniform(300.0, 3600.0), rng.uniform(1800.0, 6 * 3600.0)
+            spans = rng.exponential(np.tile([off_s, on_s], 1 + int(4 * DAY * 8 / (on_s + off_s))))
+            edges = clock.start + np.cumsum(spans)
+            on = np.searchsorted(edges, t) % 2 == 1
+            rate = np.where(on, rate * (on_s + off_s) / on_s, 0.0)
+            note += f", on {on_s / 60:.0f} min / off {off_s / 3600:.1f} h on average"
+        ev.poisson(model, rate * live, ModelTruth(kind, at=at, note=note))
+    return _case(
+        "zipf_onoff",
+        "tune",
+        "40 models ranked by a Zipf law, each a daily cycle of its own, a timer, on/off bursts or a "
+        "flat rate, some launched or retired mid-trace, from a generator unlike the others; the "
+        "heaviest load of the suite on the tight cluster",
+        ev,
+        train_days=6,
+        sim_hours=48,
+        pool_gb=[SIZE_LADDER_GB[i % 9] for i in range(n)],
+    )
+
+
 _BUILDERS: dict[str, Callable[[np.random.Generator], Case]] = {
     "azure_mix": _azure_mix,
     "azure_samples": _azure_samples,
@@ -535,6 +594,7 @@ _BUILDERS: dict[str, Callable[[np.random.Generator], Case]] = {
     "weekly_only": _weekly_only,
     "hinted": _hinted,
     "memoryless": _memoryless,
+    "zipf_onoff": _zipf_onoff,
 }
 SUITE_CASES: tuple[str, ...] = tuple(_BUILDERS)
 

@@ -365,3 +365,20 @@ def test_write_case_round_trips_through_the_readers_of_the_cli(
     assert list(hints.itertuples(index=False, name=None)) == [
         (h.received_at, h.model, h.ttl_s) for h in case.hints
     ]
+
+
+def test_zipf_onoff_falls_with_rank_and_its_bursts_switch_on_and_off(cases: dict[str, Case]) -> None:
+    case = cases["zipf_onoff"]
+    counts = case.events["model"].value_counts().to_numpy()
+    assert counts[0] >= 100 * counts[-1]  # popularity over two orders of magnitude and more
+    kinds = {t.kind for t in case.truth.values()}
+    assert {"diurnal", "timer", "onoff", "flat", "launch", "deprecation"} <= kinds
+    for model in _of_kind(case, "onoff"):
+        hourly = _hourly(case, model)
+        # Silences and bursts: hour by hour, counts far more spread than a Poisson process's (whose
+        # variance is its mean), with silent hours between.
+        assert hourly.var() > 5 * hourly.mean(), model
+        assert (hourly == 0).any(), model
+    for model in _of_kind(case, "timer"):
+        gaps = np.diff(_stamps(case, model))
+        assert np.ptp(gaps) < 0.1 * np.median(gaps), model  # a period with seconds of jitter
