@@ -9,6 +9,7 @@ is deferred to a later round.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -472,7 +473,9 @@ def _least_loaded(
         if c.node not in loads:
             book = rnd.books[c.node]
             models = {m for t in CACHE_TIERS for m in book.held[t]}
-            loads[c.node] = sum(asks.get(m, 0.0) for m in models)
+            # fsum: a set's order differs from one process to the next (string hashing), and a plain
+            # sum's rounding with it, which decided ties between equally loaded nodes differently.
+            loads[c.node] = math.fsum(asks.get(m, 0.0) for m in models)
     return max(options, key=lambda c: (c.value, -loads[c.node], rnd.books[c.node].free(c.tier), c.node))
 
 

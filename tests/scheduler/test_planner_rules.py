@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -562,3 +566,45 @@ def test_a_gpu_copy_over_every_gpu_of_a_node_is_valued_for_as_long_as_such_copie
         core.replan()
         clock[0] += 30
     assert [(o.model, o.action, o.tier) for o in out] == [(model, OrderAction.PREFETCH, tier)]
+
+
+_TIED_NODES = """
+from scheduler_builders import (
+    GB, NOW, catalog, cluster, flat_forecast, report, resident, spec, state, surge_forecast,
+)
+from prewarm import Tier
+from scheduler import PlannerConfig, plan
+cap = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
+sizes = {"a1": 1, "a2": 2, "a3": 3, "b6": 6}
+disk = {m: resident(m, s * GB, loaded_at=NOW - 7200) for m, s in sizes.items()}
+new = resident("new", 10 * GB, loaded_at=NOW - 7200)
+a = report("a", {Tier.L2: [disk["a1"], disk["a2"], disk["a3"], new]}, capacity=cap)
+b = report("b", {Tier.L2: [disk["b6"], new]}, capacity=cap)
+cat = catalog(*(spec(m, s * GB) for m, s in sizes.items()), spec("new", 10 * GB))
+forecasts = {m: flat_forecast(m, 0.001) for m in sizes} | {"new": surge_forecast("new", NOW + 600)}
+orders = plan(NOW, forecasts, [], cat, state(cluster("a", "b"), a, b), PlannerConfig())
+print([(o.model, o.node, o.action.value, o.tier.value) for o in orders])
+"""
+
+
+def test_the_node_chosen_between_equally_loaded_ones_does_not_depend_on_string_hashing() -> None:
+    # Nodes a and b both stage "new" and both will be asked for the same GPU room (1 + 2 + 3 GB of
+    # rarely used models against 6 GB). Summed in a set's order, which string hashing changes from one
+    # process to the next, the two loads differed in their last bit in some processes, and "new" went
+    # to a there and to b elsewhere: the simulator's figures changed from one run to the next.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _TIED_NODES],
+            env={**env, "PYTHONHASHSEED": str(seed)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for seed in range(8)
+    ]
+    outputs = {run.communicate(timeout=120)[0] for run in runs}
+    assert all(run.returncode == 0 for run in runs)
+    assert len(outputs) == 1, outputs
