@@ -564,7 +564,9 @@ def _zipf_onoff(rng: np.random.Generator) -> Case:
             note += f", peak {peak:.0f} h, depth {depth:.2f}, weekends × {level:.2f}"
         elif shape == "onoff":
             on_s, off_s = rng.uniform(300.0, 3600.0), rng.uniform(1800.0, 6 * 3600.0)
-            spans = rng.exponential(np.tile([off_s, on_s], 1 + int(4 * DAY * 8 / (on_s + off_s))))
+            # Four times the on/off pairs the trace holds on average: the last edge falls past its end.
+            pairs = 1 + int(4 * (clock.end - clock.start) / (on_s + off_s))
+            spans = rng.exponential(np.tile([off_s, on_s], pairs))
             edges = clock.start + np.cumsum(spans)
             on = np.searchsorted(edges, t) % 2 == 1
             rate = np.where(on, rate * (on_s + off_s) / on_s, 0.0)
