@@ -13,13 +13,13 @@ on request, each demoted model's next request being one.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 
 from forecaster import ModelForecast
 from models import ModelSpec
 from prewarm import CACHE_TIERS, Order, OrderAction, OrderReason, Tier
 from scheduler._cluster import ClusterState, NodeState
-from scheduler._planner._book import _Book, _Entry, _make_room, _Round
+from scheduler._planner._book import _BET_TIERS, _Book, _Entry, _make_room, _Round
 from scheduler._planner._config import PlannerConfig, _Decision
 from scheduler._planner._want import NO_WANTS
 
@@ -94,7 +94,7 @@ def _demote_mispredictions(rnd: _Round, cluster: ClusterState, nodes: Collection
     bets = _bets(cluster, now, judged if nodes is not None else None)
     for name in sorted(judged):
         node = rnd.books[name].node
-        for tier in (Tier.L0, Tier.L1):
+        for tier in _BET_TIERS:
             for r in node.residents(tier):
                 book = rnd.books[name]  # a demotion below replaces the book
                 spec = rnd.catalog.get(r.model)
@@ -184,9 +184,7 @@ def _now_decision(
     )
 
 
-def _release_priced(
-    rnd: _Round, forecasts: Mapping[str, ModelForecast], nodes: Collection[str] | None = None
-) -> None:
+def _release_priced(rnd: _Round, nodes: Collection[str] | None = None) -> None:
     """Where memory has a price, release (one tier down) each copy whose hold is worth less than it costs.
 
     Held until the next decision, a copy costs ``memory_price`` × GB for as long as it waits for a
@@ -216,7 +214,7 @@ def _release_priced(
                 if entry.model not in book.held[tier]:
                     continue
                 spec = rnd.catalog.get(entry.model)
-                forecast = forecasts.get(entry.model)
+                forecast = rnd.forecasts.get(entry.model)
                 if spec is None or forecast is None or entry.protected:
                     continue
                 if entry.model in rnd.moved or (name, entry.model) in rnd.open_bets:

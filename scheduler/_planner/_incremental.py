@@ -223,7 +223,7 @@ def _incremental(
     loads = {n: load for n, (book, load) in kept.loads.items() if rnd.books.get(n) is book}
     failed = _place_all(rnd, list(candidates.values()), kept.asks, loads, kept.failed, commit_by=commit_by)
     if config.memory_price > 0:
-        _release_priced(rnd, forecasts, reopen | {o.node for o in rnd.orders})
+        _release_priced(rnd, reopen | {o.node for o in rnd.orders})
     memo.kept = replace(
         kept,
         at=now,

@@ -157,7 +157,7 @@ def _full_round(
     }
     loads: dict[str, float] = {}
     failed = _place_all(rnd, list(candidates.values()), asks, loads, commit_by=commit_by)
-    _release_priced(rnd, forecasts)
+    _release_priced(rnd)
     memo.kept = _Kept(
         at=now,
         full_at=now,
