@@ -6,6 +6,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +26,11 @@ from scheduler_builders import (
 )
 
 from forecaster import ModelForecast
-from models import Catalog
+from models import Catalog, ModelSpec
 from prewarm import ExecutorState, Order, OrderAction, OrderReason, Tier
 from scheduler import (
     DEMAND_SOURCE,
+    Cluster,
     ClusterState,
     PlannerConfig,
     SchedulerCore,
@@ -466,6 +468,38 @@ def test_departures_keep_how_long_each_copy_the_executor_gave_up_had_gone_unused
     assert departures.of("b", NOW) == {}
 
 
+def host_memory_giving_copies_up_90_s_after_use(
+    newcomer: ModelSpec, *, staged: bool = False
+) -> tuple[Catalog, ExecutorState, ExecutorState]:
+    """The catalog and two reports of node a a minute apart: host memory half full of two copies that
+    requests use all the time, and a third given up between them, 90 s after its last use; the
+    ``newcomer`` on disk in both where ``staged``."""
+    hot = [resident(f"hot{i}", 50 * GB, loaded_at=NOW - 7200, last_used=NOW - 30) for i in range(2)]
+    gone = resident("gone", 50 * GB, loaded_at=NOW - 200, last_used=NOW - 120)
+    disk = [*hot, gone]
+    if staged:
+        disk.append(resident(newcomer.id, newcomer.size_bytes, loaded_at=NOW - 7200))
+    before = report("a", {Tier.L1: [*hot, gone], Tier.L2: disk}, capacity=CAP, at=NOW - 60)
+    after = report("a", {Tier.L1: hot, Tier.L2: disk}, capacity=CAP)
+    return catalog(*(spec(r.model, r.bytes) for r in (*hot, gone)), newcomer), before, after
+
+
+def orders_until_the_first(
+    cat: Catalog, c: Cluster, forecasts: Mapping[str, ModelForecast], *reports: ExecutorState
+) -> list[Order]:
+    """What a scheduler core that has seen ``reports`` hands out in the first of its rounds, every 30 s
+    from NOW for five minutes, that hands out any."""
+    clock, out = [NOW], list[Order]()
+    core = SchedulerCore(catalog=cat, cluster=c, config=CONFIG, dispatch=out.extend, clock=lambda: clock[0])
+    core.set_signals(forecasts=dict(forecasts))
+    for r in reports:
+        core.observe(r)
+    while not out and clock[0] < NOW + 300:
+        core.replan()
+        clock[0] += 30
+    return out
+
+
 @pytest.mark.parametrize(("p", "tier"), [(0.5, Tier.L2), (0.9, Tier.L1)])
 def test_a_tier_whose_executor_gives_up_unused_copies_within_minutes_gets_only_a_busy_models_copy(
     p: float, tier: Tier
@@ -476,24 +510,12 @@ def test_a_tier_whose_executor_gives_up_unused_copies_within_minutes_gets_only_a
     # its last use: a copy of "big" lasts a few minutes of its window. At a chance of 0.5 a minute the
     # scheduler core stages it on disk instead; at 0.9 a minute a request comes within those minutes
     # nine times in ten, and host memory is still worth it.
-    hot = [resident(f"hot{i}", 50 * GB, loaded_at=NOW - 7200, last_used=NOW - 30) for i in range(2)]
-    gone = resident("gone", 50 * GB, loaded_at=NOW - 200, last_used=NOW - 120)
-    before = report("a", {Tier.L1: [*hot, gone], Tier.L2: [*hot, gone]}, capacity=CAP, at=NOW - 60)
-    after = report("a", {Tier.L1: hot, Tier.L2: [*hot, gone]}, capacity=CAP)
-    cat = catalog(*(spec(r.model, r.bytes) for r in (*hot, gone)), spec("big", 100 * GB))
+    cat, before, after = host_memory_giving_copies_up_90_s_after_use(spec("big", 100 * GB))
+    forecasts = {"big": surge_forecast("big", NOW + 300, p=p)}
 
     def first_order(*reports: ExecutorState) -> tuple[str, OrderAction, Tier]:
-        clock, out = [NOW], list[Order]()
-        core = SchedulerCore(
-            catalog=cat, cluster=cluster("a"), config=CONFIG, dispatch=out.extend, clock=lambda: clock[0]
-        )
-        core.set_signals(forecasts={"big": surge_forecast("big", NOW + 300, p=p)})
-        for r in reports:
-            core.observe(r)
-        while not out and clock[0] < NOW + 300:
-            core.replan()
-            clock[0] += 30
-        return (out[0].model, out[0].action, out[0].tier)
+        [first, *_] = orders_until_the_first(cat, cluster("a"), forecasts, *reports)
+        return (first.model, first.action, first.tier)
 
     assert first_order(after) == ("big", OrderAction.PREFETCH, Tier.L1)
     assert first_order(before, after) == ("big", OrderAction.PREFETCH, tier)
@@ -507,27 +529,11 @@ def test_a_timers_copy_is_timed_to_land_at_its_tick_where_host_memory_keeps_a_co
     # is worth the chance of a request while it lasts, which the forecast's minutes give (about 0.07),
     # not the window's chance spread evenly over it (about 0.8). So it is ordered to land a minute or
     # so before the tick.
-    hot = [resident(f"hot{i}", 50 * GB, loaded_at=NOW - 7200, last_used=NOW - 30) for i in range(2)]
-    gone = resident("gone", 50 * GB, loaded_at=NOW - 200, last_used=NOW - 120)
-    staged = resident("tick", 100 * GB, loaded_at=NOW - 7200)
-    disk = [*hot, gone, staged]
-    before = report("a", {Tier.L1: [*hot, gone], Tier.L2: disk}, capacity=CAP, at=NOW - 60)
-    after = report("a", {Tier.L1: hot, Tier.L2: disk}, capacity=CAP)
-    cat = catalog(*(spec(r.model, r.bytes) for r in (*hot, gone)), spec("tick", 100 * GB))
+    cat, before, after = host_memory_giving_copies_up_90_s_after_use(spec("tick", 100 * GB), staged=True)
     p_any = np.zeros(120)
     p_any[:5], p_any[5] = 0.05, 0.99999
     tick = ModelForecast(model="tick", start=NOW, bucket_s=60, expected=p_any, p_any=p_any, family="test")
-    clock, out = [NOW], list[Order]()
-    core = SchedulerCore(
-        catalog=cat, cluster=cluster("a"), config=CONFIG, dispatch=out.extend, clock=lambda: clock[0]
-    )
-    core.set_signals(forecasts={"tick": tick})
-    core.observe(before)
-    core.observe(after)
-    while not out and clock[0] < NOW + 300:
-        core.replan()
-        clock[0] += 30
-    [order] = out
+    [order] = orders_until_the_first(cat, cluster("a"), {"tick": tick}, before, after)
     assert (order.model, order.action, order.tier) == ("tick", OrderAction.PREFETCH, Tier.L1)
     assert NOW + 200 <= order.not_before < NOW + 300
 
@@ -551,20 +557,8 @@ def test_a_gpu_copy_over_every_gpu_of_a_node_is_valued_for_as_long_as_such_copie
     after = report("a", {Tier.L0: [idle, busy]}, capacity=cap, gpus=gpus)
     sizes = {"wide": 140 * GB, "narrow": 20 * GB}
     cat = catalog(*(spec(r.model, r.bytes) for r in (idle, busy, gone)), spec(model, sizes[model]))
-    clock, out = [NOW], list[Order]()
-    core = SchedulerCore(
-        catalog=cat,
-        cluster=cluster("a", gpus=gpus),
-        config=CONFIG,
-        dispatch=out.extend,
-        clock=lambda: clock[0],
-    )
-    core.set_signals(forecasts={model: surge_forecast(model, NOW + 300, p=0.2)})
-    core.observe(before)
-    core.observe(after)
-    while not out and clock[0] < NOW + 300:
-        core.replan()
-        clock[0] += 30
+    forecasts = {model: surge_forecast(model, NOW + 300, p=0.2)}
+    out = orders_until_the_first(cat, cluster("a", gpus=gpus), forecasts, before, after)
     assert [(o.model, o.action, o.tier) for o in out] == [(model, OrderAction.PREFETCH, tier)]
 
 
