@@ -137,13 +137,17 @@ class World:
                     node.l0_used(copy)
 
     def _make_demand(self, job: Job | None) -> None:
-        """A request waits on ``job``: it, and the loads it waits for, pre-empt speculative transfers."""
-        while job is not None and not job.demand:
-            if job.link is not None:
-                job.link.progress()  # what it moved so far, it moved at the speculative share
-            job.demand = True
-            if job.link is not None:
-                job.link.changed()
+        """A request waits on ``job``: it, and the loads it waits for, pre-empt speculative transfers
+        (the executor's rule: while a request for a model waits, every transfer of that model on the
+        node is a demand transfer). A demand load may wait on a speculative one, such as a disk copy
+        still downloading for a prefetch, so the walk goes on past loads that are demand already."""
+        while job is not None:
+            if not job.demand:
+                if job.link is not None:
+                    job.link.progress()  # what it moved so far, it moved at the speculative share
+                job.demand = True
+                if job.link is not None:
+                    job.link.changed()
             upstream = job.reading if job.reading is not None else job.waiting_on
             job = upstream.job if upstream is not None else None
 
@@ -177,7 +181,8 @@ class World:
 
     def _start(self, job: Job) -> None:
         """Start the job's next hop, once the copy it reads from has landed and its tier has room; a
-        demand load that finds no room waits in its node's queue (``_retry``) until it does."""
+        demand load that finds no room in host or GPU memory waits in its node's queue (``_retry``)
+        until it does (on its way up, one that finds none on disk streams past it)."""
         stuck = self._advance(job)
         node = job.node
         if stuck:
@@ -212,18 +217,22 @@ class World:
             return False
         job.waiting_on = None
         tier = job.hops[0]
-        if node.capacity[tier] < job.size and tier is not Tier.L0:
-            copy = None  # this cache cannot hold it at all: streamed through, as the executor's ring does
-        else:
-            placed = self._room(node, tier, job)
-            if placed is None:
-                if job.demand:
-                    return True
-                if job.order is not None and self.record.counts(now):
-                    self.record.failed_orders += 1
-                self._drop_job(job)
-                return False
+        never = node.capacity[tier] < job.size and tier is not Tier.L0
+        placed = None if never else self._room(node, tier, job)
+        if placed is not None:
             copy = self._hold(node, tier, job, placed)
+        elif never or (tier is Tier.L2 and job.target is not Tier.L2):
+            # This cache cannot hold it at all, or (disk, on the way up) not now, its room held by copies
+            # being read or still arriving: streamed through, as the executor's ring does and as it
+            # streams a load past a full disk, instead of waiting for that room.
+            copy = None
+        else:
+            if job.demand:
+                return True
+            if job.order is not None and self.record.counts(now):
+                self.record.failed_orders += 1
+            self._drop_job(job)
+            return False
         job.copy, job.reading, job.hop_began = copy, source, now
         if source is not None:
             source.pins += 1

@@ -30,6 +30,7 @@ def _cluster(
     l2: float = 7e9,
     l1: float = 50e9,
     nodes: int = 1,
+    disk: str = "2TB",
 ) -> Cluster:
     return Cluster.from_data(
         {
@@ -38,7 +39,7 @@ def _cluster(
                     "name": f"n{k + 1}",
                     "gpus": [{"memory_bytes": g} for g in gpus],
                     "host_cache_bytes": host,
-                    "disk_cache_bytes": "2TB",
+                    "disk_cache_bytes": disk,
                 }
                 for k in range(nodes)
             ],
@@ -172,6 +173,37 @@ def test_a_request_joining_a_prefetch_in_flight_makes_it_a_demand_load() -> None
     _settle(world)
     # 2 s at half rate (1 GB each), then a alone at full rate for its last 9 GB.
     assert _waits(world) == pytest.approx([9.0], abs=1e-3)
+
+
+def test_a_request_waiting_on_a_disk_copy_still_downloading_makes_that_download_a_demand_load() -> None:
+    # a is being prefetched to disk when b's request pauses it; then a is requested. The request's load
+    # waits for a's disk copy, so a's download must move at a demand share, not stay paused behind b.
+    catalog = _catalog({"a": 10 * GB, "b": 100 * GB})
+    world = _world(_cluster(("80GB", "80GB"), host="400GB", l2=FAST, l1=FAST), catalog)
+    world.clock.run_until(T0)
+    world.apply(_order("a", OrderAction.PREFETCH, Tier.L2, T0, catalog), T0)
+    _request(world, "b", T0 + 1)
+    _request(world, "a", T0 + 2)
+    _settle(world)
+    # a: 1 GB alone, paused for 1 s, then 9 GB at half the link -> T0 + 20. b: 1 GB alone, 9 GB shared,
+    # then its last 90 GB alone -> T0 + 110.
+    assert _waits(world) == pytest.approx([109.0, 18.0], abs=1e-3)
+
+
+def test_a_load_on_request_streams_past_a_disk_whose_room_is_held_by_a_download_in_flight() -> None:
+    # The disk holds 100 GB, 80 of them taken by a's prefetch still downloading. b's load cannot wait
+    # for that room (the executor streams a load past a full disk): it streams through, alone on the
+    # link while a's download is paused.
+    catalog = _catalog({"a": 80 * GB, "b": 30 * GB})
+    world = _world(_cluster(host="400GB", l2=FAST, l1=FAST, disk="100GB"), catalog)
+    world.clock.run_until(T0)
+    world.apply(_order("a", OrderAction.PREFETCH, Tier.L2, T0, catalog), T0)
+    _request(world, "b", T0 + 1)
+    _settle(world)
+    assert _waits(world) == pytest.approx([30.0], abs=1e-3)
+    assert world.record.queued_loads == 0
+    disk = world.reports(world.clock.now)["n1"].tier(Tier.L2)
+    assert disk is not None and [r.model for r in disk.resident] == ["a"]  # a's download went on after
 
 
 def test_hop_overhead_is_added_to_each_hop() -> None:
