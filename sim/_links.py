@@ -102,6 +102,12 @@ class Link:
             if t.demand or not demand_only:
                 t.left -= moved
 
+    def left(self, transfer: Transfer) -> float:
+        """Bytes ``transfer`` (on this link) still has to move now, without moving anything on."""
+        share, demand_only = self._share()
+        moving = transfer.demand or not demand_only
+        return max(transfer.left - share * (self.clock.now - self._last), 0.0) if moving else transfer.left
+
     def add(self, transfer: Transfer) -> None:
         self.progress()
         self.active.append(transfer)

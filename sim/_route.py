@@ -15,7 +15,7 @@ import heapq
 from collections.abc import Mapping
 
 from prewarm import HOP_INTO, Tier
-from sim._node import INF, Node, cached_path
+from sim._node import INF, Copy, Node, cached_path
 
 __all__ = ["Rank", "Router"]
 
@@ -79,14 +79,25 @@ class Router:
             )
         return seconds
 
-    def rank(self, node: Node, frm: Tier, size: int) -> Rank:
+    def rank(self, node: Node, frm: Tier, size: int, arriving_s: float = 0.0) -> Rank:
         room = node.gpu_room(size)
         return (
             room[2] if room is not None else INF,
-            self.seconds(node, frm, size),
+            self.seconds(node, frm, size) + arriving_s,
             node.used[Tier.L0],
             self._order[node.name],
         )
+
+    def _arriving_s(self, node: Node, copy: Copy) -> float:
+        """Seconds ``node``'s copy still takes to arrive: 0 when ready; in flight, what its hop has left
+        to move at the link's rate. A disk copy whose download has not moved is no nearer than object
+        storage: ranked as if there, a prefetch's paused download drew requests away from ready copies."""
+        job = copy.job
+        if copy.ready_at != INF or job is None:
+            return 0.0
+        link = job.link if job.link is not None else node.links[HOP_INTO[copy.tier]]
+        left = link.left(job) if job.link is not None else float(job.size)
+        return left / link.rate
 
     def choose(self, model: str, size: int) -> Node:
         """The node a load of ``model`` on request goes to (``World._route``'s rule)."""
@@ -94,22 +105,24 @@ class Router:
         holders = self.holders.get(model, ())
         level: dict[str, int] = {}
         tier: dict[str, Tier] = {}
+        arriving: dict[str, float] = {}
         for name in holders:
             node = self.nodes[name]
             copy = node.closest(model)
             if copy is not None and node.shards(size) is not None:
                 tier[name] = copy.tier
                 level[name] = min(copy.tier.level, _L2)
+                arriving[name] = self._arriving_s(node, copy)
         top = min(level.values(), default=_L2)
         if top < _L2:
             # Staged in host (or GPU) memory somewhere: only those nodes are considered.
             staged = sorted((self.nodes[n] for n, lv in level.items() if lv == top), key=self.position)
             if len(staged) == 1:
                 return staged[0]
-            return min(staged, key=lambda n: self.rank(n, tier[n.name], size))
+            return min(staged, key=lambda n: self.rank(n, tier[n.name], size, arriving[n.name]))
         if len(able) == 1:
             return able[0]
-        ranks = [self.rank(self.nodes[n], Tier.L2, size) for n in level]
+        ranks = [self.rank(self.nodes[n], tier[n], size, arriving[n]) for n in level]
         if len(level) < len(able):
             # A node ranked as holding no copy loads from object storage: slower than from its own disk
             # copy, all else equal. When every able node holds a disk copy, that rank cannot be least.

@@ -119,7 +119,8 @@ class World:
     def _route(self, model: str, at: float) -> Job:
         """Load on a node whose host memory holds a copy (where a planner staged it), if any; else, and
         among those, where GPU memory displaces the least recently used copies (none at best: the LRU rule
-        across the cluster), then where the load is quickest. A disk copy does not tie a model to its
+        across the cluster), then where the load is quickest (a copy still arriving counts what it has left
+        to move). A disk copy does not tie a model to its
         node: every node can fetch from object storage, and sending every load to the node that happened
         to cache it first would leave the others idle."""
         node = self.router.choose(model, self.catalog[model].size_bytes)

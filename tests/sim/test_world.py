@@ -206,6 +206,22 @@ def test_a_load_on_request_streams_past_a_disk_whose_room_is_held_by_a_download_
     assert disk is not None and [r.model for r in disk.resident] == ["a"]  # a's download went on after
 
 
+def test_a_request_goes_to_a_ready_disk_copy_not_to_a_prefetch_whose_download_has_not_moved() -> None:
+    # n1 holds c in its GPUs and a on disk; n2 is downloading a for a prefetch, paused behind b's load.
+    # Ranked as if there, n2's copy would win (less GPU memory in use); it has all its bytes to move.
+    catalog = _catalog({"a": 10 * GB, "b": 100 * GB, "c": 120 * GB})
+    world = _world(_cluster(("80GB", "80GB"), host="400GB", l2=FAST, l1=FAST, nodes=2), catalog)
+    assert _request(world, "c", T0) == "n1"
+    world.clock.run_until(SETTLED)
+    world.apply(_order("a", OrderAction.PREFETCH, Tier.L2, SETTLED, catalog), SETTLED)
+    world.clock.run_until(SETTLED + 100)
+    world.apply(order_for("n2", catalog["a"], OrderAction.PREFETCH, Tier.L2, SETTLED + 100), SETTLED + 100)
+    assert _request(world, "b", SETTLED + 100) == "n2"
+    assert _request(world, "a", SETTLED + 101) == "n1"
+    _settle(world)
+    assert _waits(world)[-1] == pytest.approx(0.0, abs=1e-3)
+
+
 def test_hop_overhead_is_added_to_each_hop() -> None:
     catalog = _catalog({"a": 14 * GB})
     world = _world(_cluster(host="400GB"), catalog, overhead=0.5)
