@@ -203,7 +203,8 @@ def test_a_load_on_request_streams_past_a_disk_whose_room_is_held_by_a_download_
     assert _waits(world) == pytest.approx([30.0], abs=1e-3)
     assert world.record.queued_loads == 0
     disk = world.reports(world.clock.now)["n1"].tier(Tier.L2)
-    assert disk is not None and [r.model for r in disk.resident] == ["a"]  # a's download went on after
+    assert disk is not None
+    assert [r.model for r in disk.resident] == ["a"]  # a's download went on after
 
 
 def test_a_request_goes_to_a_ready_disk_copy_not_to_a_prefetch_whose_download_has_not_moved() -> None:
