@@ -460,6 +460,7 @@ class Executor:
             tiers=tiers,
             gpus=gpus,
             bandwidth_bytes_per_s=self._loader.bandwidth(),
+            link_demand_busy=self._loader.demand_busy(),
             recent_outcomes=self._orders.recent(),
         )
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -61,6 +62,7 @@ from executor._stores import MemoryStore, ObjectStore, open_store
 from executor._tier import ModelKey
 from models import ModelSpec
 from prewarm import (
+    BusyShare,
     CapacityError,
     ExecutorSettings,
     IntegrityError,
@@ -101,6 +103,8 @@ class Loader:
         self._direct_l0 = direct_l0
         self._staging_ring = staging_ring
         self._gates = {name: LinkGate(name) for name in ("L3->L2", "L2->L1", "L1->L0")}
+        self._busy = {name: BusyShare() for name in self._gates}
+        self._busy_lock = threading.Lock()
         self._disk_pool = ThreadPoolExecutor(settings.read_threads, thread_name_prefix="prewarm-l2")
         self._net_pool = ThreadPoolExecutor(s3.s3_concurrency, thread_name_prefix="prewarm-l3")
         self._stores: dict[str, ObjectStore] = dict(stores)
@@ -143,6 +147,13 @@ class Loader:
     def bandwidth(self) -> dict[str, float]:
         """Bytes per second per hop, as the node reports them."""
         return self._bandwidth.snapshot()
+
+    def demand_busy(self) -> dict[str, float]:
+        """Per hop, the share of about the last ten minutes a load on request was on it, as the node
+        reports it (``prewarm.BusyShare`` over each gate's busy seconds)."""
+        with self._busy_lock:
+            now = time.monotonic()
+            return {name: self._busy[name].update(gate.busy_s(), now) for name, gate in self._gates.items()}
 
     def close(self) -> None:
         self._disk_pool.shutdown(wait=True)

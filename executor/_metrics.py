@@ -59,6 +59,12 @@ ORDERS = counter(
 L2_BYPASS = counter(
     "prewarm_executor_l2_bypass_total", "Loads that streamed past L2 without caching, by reason.", ["reason"]
 )
+DEMAND_BUSY = counter(
+    "prewarm_executor_link_demand_busy_seconds_total",
+    "Seconds a link carried at least one load a request waited on (counted when the spell ends); its "
+    "rate is the share of time requests keep the link busy, which the planner prices downloads by.",
+    ["link"],
+)
 L2_BUDGET = gauge(
     "prewarm_executor_l2_budget_bytes",
     "The L2 budget: configured, and effective (capped at what the filesystem can hold).",

@@ -8,12 +8,16 @@ threads, so a paused prefetch holds no worker that a demand transfer needs.
 
 A prefetch becomes a demand transfer mid-way when a request starts waiting for the same model
 (``is_demand`` is re-read at each checkpoint).
+
+A gate also keeps the seconds its link has carried at least one demand transfer (``busy_s``), which the
+node reports as ``ExecutorState.link_demand_busy``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from executor import _metrics
@@ -37,10 +41,18 @@ class Transfer:
 
 
 class LinkGate:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self._cond = threading.Condition()
         self._demands = 0
+        self._clock = clock
+        self._busy = 0.0  # seconds with a demand transfer on, up to ``_since`` while one is
+        self._since = 0.0
+
+    def busy_s(self) -> float:
+        """Seconds so far, up to now, that a demand transfer was on this link."""
+        with self._cond:
+            return self._busy + (self._clock() - self._since if self._demands else 0.0)
 
     @contextlib.contextmanager
     def transfer(self, is_demand: Callable[[], bool]) -> Iterator[Transfer]:
@@ -53,10 +65,16 @@ class LinkGate:
             if transfer.registered:
                 with self._cond:
                     self._demands -= 1
+                    if not self._demands:
+                        spell = self._clock() - self._since
+                        self._busy += spell
+                        _metrics.DEMAND_BUSY.labels(self.name).inc(spell)
                     self._cond.notify_all()
 
     def _register(self, transfer: Transfer) -> None:
         with self._cond:
+            if not self._demands:
+                self._since = self._clock()
             self._demands += 1
             transfer.registered = True
 

@@ -305,6 +305,11 @@ class ExecutorState(_Wire):
     bandwidth_bytes_per_s: dict[str, float] = Field(
         default_factory=dict, description="measured per hop: 'L3->L2', 'L2->L1', 'L1->L0'"
     )
+    link_demand_busy: dict[str, Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
+        default_factory=dict,
+        description="per hop, the share of about the last ten minutes (prewarm.BusyShare) it spent "
+        "carrying at least one load a request waited on",
+    )
     recent_outcomes: list[OrderOutcome] = Field(default_factory=list)
 
     def tier(self, tier: Tier) -> TierState | None:

@@ -319,7 +319,10 @@ class SchedulerSettings(_Section):
     plan_interval_s: float = Field(default=30.0, gt=0)
     misprediction_window_s: float = Field(default=600.0, gt=0)
     miss_penalty: float = Field(
-        default=2.0, ge=0, description="weighted seconds per second of a wasted L1/L0 prefetch; 0 = eager"
+        default=2.0,
+        ge=0,
+        description="weighted seconds per second of a wasted prefetch (L1/L0 hops; a download as far as "
+        "loads on request keep the link busy); 0 = eager",
     )
     memory_price: float = Field(
         default=0.0,

@@ -141,6 +141,9 @@ class NodeState:
     """Per tier and width, how long the copies that left it lately without an order had gone unused
     (``Departures``): how long the executor's LRU keeps a copy nothing uses, measured rather than
     guessed. Width: the GPUs a GPU copy spanned (1 in host memory)."""
+    demand_busy: Mapping[str, float] = field(default_factory=dict)
+    """Per hop, the share of recent time it carried a load a request waited on, as the node reports it
+    (``ExecutorState.link_demand_busy``); a hop it does not name reads as idle."""
 
     def residents(self, tier: Tier) -> tuple[ResidentModel, ...]:
         return self.resident.get(tier, ())
@@ -152,6 +155,13 @@ class NodeState:
             return self.gpus
         total = self.capacity.get(Tier.L0, 0)
         return (total,) if total > 0 else ()
+
+    @functools.cached_property
+    def staging_busy(self) -> float:
+        """How busy the link from object storage is with loads on request (0-1), in tenths: what staging
+        a copy on disk on a guess takes the link from. (Tenths: nodes that differ by less value a model
+        alike, so the planner still values it once for all of them.)"""
+        return round(self.demand_busy.get(HOP_INTO[Tier.L2], 0.0), 1)
 
     @functools.cached_property
     def hop_rates(self) -> tuple[float, ...]:
@@ -233,6 +243,7 @@ def _overlay(base: NodeState, report: ExecutorState) -> NodeState:
         gpus=gpus,
         gpu_ids=gpu_ids,
         gpu_used=gpu_used,
+        demand_busy=dict(report.link_demand_busy),
     )
 
 

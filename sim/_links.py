@@ -78,6 +78,8 @@ class Link:
         # A transfer is done within a microsecond of the link's full rate: finish times are recomputed
         # from epoch-second floats, which carry about 0.2 µs of rounding.
         self._slack = rate * 1e-6
+        # Seconds so far with a demand transfer on the link (``busy_s``), what the node reports from.
+        self._busy = 0.0
 
     def _share(self) -> tuple[float, bool]:
         """Rate each moving transfer gets, and whether only demand transfers move."""
@@ -97,6 +99,8 @@ class Link:
         if elapsed <= 0 or not self.active:
             return
         share, demand_only = self._share()
+        if demand_only:
+            self._busy += elapsed
         moved = share * elapsed
         for t in self.active:
             if t.demand or not demand_only:
@@ -107,6 +111,12 @@ class Link:
         share, demand_only = self._share()
         moving = transfer.demand or not demand_only
         return max(transfer.left - share * (self.clock.now - self._last), 0.0) if moving else transfer.left
+
+    def busy_s(self) -> float:
+        """Seconds so far, up to now, that the link carried at least one demand transfer."""
+        if self.active and self._share()[1]:
+            return self._busy + self.clock.now - self._last
+        return self._busy
 
     def add(self, transfer: Transfer) -> None:
         self.progress()

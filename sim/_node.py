@@ -13,6 +13,7 @@ from models import Catalog
 from prewarm import (
     CACHE_TIERS,
     HOP_INTO,
+    BusyShare,
     Effect,
     ExecutorState,
     GpuState,
@@ -155,6 +156,7 @@ class Node:
         # The same three dicts, closest tier first: ``closest`` asks them on every request and every hop.
         self.by_tier: tuple[dict[str, Copy], ...] = tuple(self.copies[t] for t in CACHE_TIERS)
         self.links = {hop: Link(world.clock, hop, rate) for hop, rate in rates.items()}
+        self.busy = {hop: BusyShare() for hop in self.links}
         # The record's name of the link into each tier ("node L3->L2"), made once, not per load.
         self.link_key = {tier: f"{self.name} {hop}" for tier, hop in HOP_INTO.items()}
         self.jobs: dict[str, list[Job]] = {}
@@ -360,6 +362,7 @@ class Node:
             tiers=tiers,
             gpus=gpus,
             bandwidth_bytes_per_s={hop: link.rate for hop, link in self.links.items()},
+            link_demand_busy={h: busy.update(self.links[h].busy_s(), now) for h, busy in self.busy.items()},
             recent_outcomes=[],
         )
 

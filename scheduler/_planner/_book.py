@@ -246,12 +246,14 @@ class _Round:
     _positions: dict[str, int] | None = None
 
     def classes(self) -> list[list[str]]:
-        """The nodes by class, in the books' order: nodes of one class (the same link rates and
-        capacities) value a model they do not hold the same. Fixed once the books are open."""
+        """The nodes by class, in the books' order: nodes of one class (the same link rates, load on the
+        link from object storage and capacities) value a model they do not hold the same. Fixed once
+        the books are open."""
         if self._classes is None:
             by: dict[tuple[object, ...], list[str]] = {}
             for name, book in self.books.items():
-                key = (book.node.hop_rates, tuple(book.capacity.values()), book.gpu_capacity)
+                node = book.node
+                key = (node.hop_rates, node.staging_busy, tuple(book.capacity.values()), book.gpu_capacity)
                 by.setdefault(key, []).append(name)
             self._classes = list(by.values())
         return self._classes

@@ -46,7 +46,9 @@ class PlannerConfig:
     price_per_gb_s: Mapping[Tier, float] = field(default_factory=_default_prices)
     """Cost of holding one GB in a tier for one second, in the same unit as a weighted second waited."""
     miss_penalty: float = 2.0
-    """Weighted seconds charged per second of an L1/L0 transfer that serves no request, times (1 - P).
+    """Weighted seconds charged per second of a transfer that serves no request, times (1 - P): the hops
+    into L1/L0, and a download from object storage in the share of time loads on request keep that
+    link busy (``ExecutorState.link_demand_busy``; on an idle link a staged disk copy costs nothing).
 
     A speculative move there is made when ``P × weight > (1 - P) × miss_penalty``: for a standard model
     P > 2/3 with 2, so that mispredictions stay a small share of prefetches; 0 prefetches on any chance.

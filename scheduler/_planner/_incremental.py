@@ -131,6 +131,7 @@ def _alike(a: NodeState, b: NodeState) -> bool:
     """Whether two states of a node value a model they do not hold the same (see ``_Round.classes``)."""
     return (
         a.hop_rates == b.hop_rates
+        and a.staging_busy == b.staging_busy
         and all(a.capacity.get(t, 0) == b.capacity.get(t, 0) for t in CACHE_TIERS)
         and a.gpu_capacities == b.gpu_capacities
     )

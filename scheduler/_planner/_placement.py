@@ -70,7 +70,7 @@ def _best_candidate(rnd: _Round, spec: ModelSpec, wants: _Wants, cooling: set[st
     # A node's best option depends only on its link rates, its capacities and where the model is there:
     # the nodes of a class (``_Round.classes``) that do not hold the model are valued once, and only
     # the few that hold it one by one. Node by node, this was most of a round at a hundred nodes.
-    nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float] = {}
+    nets: dict[tuple[tuple[float, ...], float, Tier, Tier, int], float] = {}
     price = rnd.valuer.held_price(spec)
     holders = rnd.books.holders(spec.id)
     per_node: list[tuple[int, str, _Candidate]] = []  # (the node's place in the books, name, best)
@@ -156,7 +156,7 @@ def _node_best(
     frm: Tier,
     tiers: Sequence[Tier],
     price: Mapping[Tier, float],
-    nets: dict[tuple[tuple[float, ...], Tier, Tier, int], float],
+    nets: dict[tuple[tuple[float, ...], float, Tier, Tier, int], float],
 ) -> _Candidate | None:
     """The best option on ``book``'s node for a model held there in ``frm`` (L3: not held there), into
     one of ``tiers`` (``_open_tiers``)."""
@@ -175,7 +175,7 @@ def _node_best(
             )
             if bound <= 0 and not want.demand:
                 continue  # not worth it, whatever the exact figures
-            key = (book.node.hop_rates, frm, tier, i)
+            key = (book.node.hop_rates, book.node.staging_busy, frm, tier, i)
             net = nets.get(key)
             if net is None:
                 net = _INF if want.demand else rnd.valuer.net(spec, want, book.node, frm, tier)

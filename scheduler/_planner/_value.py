@@ -124,38 +124,42 @@ class _Valuer:
         """benefit - cost of having ``spec`` in ``to`` (rather than ``frm``) for the wanted window.
 
         Holding costs the memory price over the window and the lead. ``move``: the bytes still have to
-        travel, so a wrong guess wastes the hops into L1/L0 (the staged disk copy stays useful either
-        way) and, into GPU memory, counts like the cold start it was meant to avoid: the threshold on P
-        is then the same for a 2 GB and a 140 GB model. A resident already there (``move=False``)
-        risks nothing.
+        travel, so a wrong guess wastes what ``wasted`` counts, ``miss_penalty`` times: into GPU memory
+        it counts like the cold start it was meant to avoid, so the threshold on P is then the same for
+        a 2 GB and a 140 GB model. A resident already there (``move=False``) risks nothing.
         """
         benefit = want.p * self.saved(spec, node, frm, to)
         held = (want.t1 - want.t0) + self.lead(node, spec.size_bytes, frm, to)
         cost = spec.size_bytes / 1e9 * held * self.config.price(to)
-        if move and to.level < Tier.L2.level:
+        if move:
             cost += (1.0 - want.p) * self.wasted(spec, node, frm, to) * self.config.miss_penalty
         return benefit - cost
 
     def wasted(self, spec: ModelSpec, node: NodeState, frm: Tier, to: Tier) -> float:
-        """The seconds a wrong guess that moved ``spec`` from ``frm`` into L1/L0 (``to``) wasted, which
-        ``net`` charges ``miss_penalty`` times: the hops from the staged disk copy (it stays useful either
-        way), and the cold start into GPU memory."""
-        hops = self.raw_lead(node, spec.size_bytes, Tier.L2 if frm.level > 2 else frm, to)
+        """The seconds a wrong guess that moved ``spec`` from ``frm`` to ``to`` wasted: the hops into
+        L1/L0 from the staged disk copy, and the cold start into GPU memory; and the download from
+        object storage as far as loads on request need that link (``NodeState.staging_busy``). The disk
+        copy stays useful either way, and on a link requests leave idle a download takes nothing from
+        them; on a link they keep busy it delays them and displaces disk copies they will read."""
+        staged = Tier.L2 if frm.level > Tier.L2.level else frm
+        hops = self.raw_lead(node, spec.size_bytes, staged, to) if to.level < staged.level else 0.0
+        if staged is not frm and node.staging_busy > 0:
+            hops += node.staging_busy * self.raw_lead(node, spec.size_bytes, frm, staged)
         return hops + self._cold_start(to)
 
     def tier_figures(
         self, spec: ModelSpec, node: NodeState, frm: Tier
     ) -> tuple[dict[Tier, float], dict[Tier, float]]:
         """Per tier closer than ``frm``: what a copy there saves a request on ``node`` (``saved``) and
-        what a wrong guess that moved it there wastes (``wasted``; none into the disk). With them a
-        candidate's wants are bounded as ``net`` computes it. (The same dicts for models alike.)"""
-        key = (node.hop_rates, frm, spec.size_bytes, self.weight(spec))
+        what a wrong guess that moved it there wastes (``wasted``). With them a candidate's wants are
+        bounded as ``net`` computes it. (The same dicts for models alike.)"""
+        key = (node.hop_rates, node.staging_busy, frm, spec.size_bytes, self.weight(spec))
         kept = self._figures.get(key)
         if kept is None:
             tiers = [t for t in CACHE_TIERS if t.level < frm.level]
             kept = self._figures[key] = (
                 {t: self.saved(spec, node, frm, t) for t in tiers},
-                {t: self.wasted(spec, node, frm, t) if t.level < Tier.L2.level else 0.0 for t in tiers},
+                {t: self.wasted(spec, node, frm, t) for t in tiers},
             )
         return kept
 

@@ -146,6 +146,18 @@ def test_demand_transfer_pauses_prefetch_on_the_same_link() -> None:
     assert log[-1] == "p49"  # the prefetch resumed and finished
 
 
+def test_a_link_counts_the_seconds_a_demand_transfer_was_on_it_and_no_others() -> None:
+    now = [0.0]
+    gate = LinkGate("L3->L2", clock=lambda: now[0])
+    with gate.transfer(lambda: False):
+        now[0] = 5.0  # a prefetch alone: the link is not busy with requests
+    with gate.transfer(lambda: True), gate.transfer(lambda: True):
+        now[0] = 8.0  # two demand transfers at once count once
+        assert gate.busy_s() == 3.0
+    now[0] = 20.0
+    assert gate.busy_s() == 3.0
+
+
 def test_prefetch_becomes_demand_when_a_request_waits_for_the_same_model() -> None:
     gate = LinkGate("L3->L2")
     wanted = threading.Event()

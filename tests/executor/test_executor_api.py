@@ -60,6 +60,17 @@ def test_load_walks_down_the_tiers_and_reports_each_hop(
     assert "L2->L1" in executor.state().bandwidth_bytes_per_s
 
 
+def test_the_node_reports_its_download_link_busy_with_loads_on_request_and_not_with_prefetches(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    assert executor.state().link_demand_busy == {"L3->L2": 0.0, "L2->L1": 0.0, "L1->L0": 0.0}
+    executor.ensure("m1", Tier.L2)  # a prefetch
+    assert executor.state().link_demand_busy["L3->L2"] == 0.0
+    executor.ensure("m2", Tier.L2, demand=True)  # a request waits on it
+    assert executor.state().link_demand_busy["L3->L2"] > 0.0
+
+
 @pytest.mark.parametrize("structure", ["cuda", "cpu-direct"])
 def test_cold_load_to_l0_streams_l3_to_every_tier_in_one_pass(
     catalog: Catalog, make_executor: ExecutorFactory, structure: str

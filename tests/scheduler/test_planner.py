@@ -105,6 +105,28 @@ def test_unlikely_big_model_is_only_staged_on_disk() -> None:
     assert [(o.action, o.tier) for o in orders] == [(OrderAction.PREFETCH, Tier.L2)]
 
 
+def test_a_guess_is_staged_on_disk_only_where_it_pays_for_the_download_requests_need() -> None:
+    # Host memory too small for it: the disk is the one tier open. On a link that loads on request leave
+    # idle any chance stages it; on one they keep busy, a wrong guess delays them by its download.
+    cat = catalog(spec("big", 140 * GB))
+    staged = {}
+    for busy in (0.0, 1.0):
+        r = report("a", {}, capacity={Tier.L0: 80 * GB, Tier.L1: 100 * GB, Tier.L2: 2000 * GB})
+        nodes = state(cluster("a", l1=100 * GB), r.model_copy(update={"link_demand_busy": {"L3->L2": busy}}))
+        for p in (0.01, 0.9):
+            orders = plan(NOW, {"big": flat_forecast("big", p)}, [], cat, nodes, CONFIG)
+            staged[busy, p] = [o.tier for o in orders if o.action is OrderAction.PREFETCH]
+    assert staged == {(0.0, 0.01): [Tier.L2], (0.0, 0.9): [Tier.L2], (1.0, 0.01): [], (1.0, 0.9): [Tier.L2]}
+
+
+def test_a_node_reports_how_busy_its_links_are_with_loads_on_request() -> None:
+    r = report("a", {}, capacity=CAP).model_copy(update={"link_demand_busy": {"L3->L2": 0.46}})
+    node = ClusterState.merge(cluster("a"), {"a": r}).nodes["a"]
+    assert node.demand_busy == {"L3->L2": 0.46}
+    assert node.staging_busy == 0.5  # in tenths: nodes that differ by less are valued alike
+    assert ClusterState.merge(cluster("a"), {}).nodes["a"].staging_busy == 0.0  # no report reads as idle
+
+
 def test_critical_priority_earns_a_closer_tier_than_batch() -> None:
     for_class = {}
     for cls in (PriorityClass.CRITICAL, PriorityClass.BATCH):

@@ -152,6 +152,21 @@ def test_a_demand_load_preempts_a_speculative_prefetch_on_the_same_link() -> Non
     assert set(_l0(world)) == {"a", "b"}  # a landed afterwards
 
 
+def test_a_node_reports_the_share_of_recent_time_a_load_on_request_was_on_each_link() -> None:
+    catalog = _catalog({"a": 100 * GB, "b": 60 * GB})
+    world = _world(_cluster(host="1TB", l2=FAST, l1=FAST), catalog)
+    world.clock.run_until(T0)
+    assert world.reports(T0)["n1"].link_demand_busy["L3->L2"] == 0.0
+    world.apply(_order("a", OrderAction.PREFETCH, Tier.L2, T0, catalog), T0)  # speculative: not counted
+    world.clock.run_until(T0 + 100)
+    assert world.reports(T0 + 100)["n1"].link_demand_busy["L3->L2"] == 0.0
+    _request(world, "b", T0 + 100)  # 60 s of download a request waits on
+    world.clock.run_until(T0 + 160)
+    busy = world.reports(T0 + 160)["n1"].link_demand_busy
+    assert busy["L3->L2"] == pytest.approx(1 - math.exp(-60 / 600))
+    assert busy["L2->L1"] < 0.001  # the fast hops took no time
+
+
 def test_a_request_waits_on_the_load_in_flight_instead_of_starting_another() -> None:
     catalog = _catalog({"a": 10 * GB})
     world = _world(_cluster(host="400GB", l2=FAST, l1=FAST), catalog)
