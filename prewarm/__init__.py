@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from prewarm._busy import DEMAND_BUSY_WINDOW_S, BusyShare
+from prewarm._busy import BusyShare
 from prewarm._exceptions import (
     AccessDenied,
     BrokerError,
@@ -95,7 +95,6 @@ except PackageNotFoundError:  # running from a source tree without an install
 
 __all__ = [
     "CACHE_TIERS",
-    "DEMAND_BUSY_WINDOW_S",
     "DEMAND_SOURCE",
     "EVENT_MAX_BYTES",
     "HOP_INTO",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["DEMAND_BUSY_WINDOW_S", "BusyShare"]
+__all__ = ["BusyShare"]
 
 DEMAND_BUSY_WINDOW_S = 600.0
 """The time constant of ``ExecutorState.link_demand_busy``: about the last ten minutes."""

@@ -139,6 +139,7 @@ PINNED = {
         "gpu_shards",
         "load_path",
         "lru_victims",
+        "BusyShare",
         "AccessDenied",
         "BrokerError",
         "ByteRate",
