@@ -67,9 +67,10 @@ def _best_candidate(rnd: _Round, spec: ModelSpec, wants: _Wants, cooling: set[st
     # soonest few of a model's tens of wants).
     ordered = _Reread(wants.by_time(demand_first=demand))
     reach = _Reach(demand, *wants.reach())
-    # A node's best option depends only on its link rates, its capacities and where the model is there:
-    # the nodes of a class (``_Round.classes``) that do not hold the model are valued once, and only
-    # the few that hold it one by one. Node by node, this was most of a round at a hundred nodes.
+    # A node's best option depends only on its link rates, how busy requests keep its link from object
+    # storage, its capacities and where the model is there: the nodes of a class (``_Round.classes``)
+    # that do not hold the model are valued once, and only the few that hold it one by one. Node by
+    # node, this was most of a round at a hundred nodes.
     nets: dict[tuple[tuple[float, ...], float, Tier, Tier, int], float] = {}
     price = rnd.valuer.held_price(spec)
     holders = rnd.books.holders(spec.id)

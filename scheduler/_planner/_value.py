@@ -142,7 +142,7 @@ class _Valuer:
         copy stays useful either way, and on a link requests leave idle a download takes nothing from
         them; on a link they keep busy it delays them and displaces disk copies they will read."""
         staged = Tier.L2 if frm.level > Tier.L2.level else frm
-        hops = self.raw_lead(node, spec.size_bytes, staged, to) if to.level < staged.level else 0.0
+        hops = self.raw_lead(node, spec.size_bytes, staged, to)  # none for the disk itself
         if staged is not frm and node.staging_busy > 0:
             hops += node.staging_busy * self.raw_lead(node, spec.size_bytes, frm, staged)
         return hops + self._cold_start(to)
