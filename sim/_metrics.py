@@ -12,9 +12,12 @@ compared by:
   instantaneous in the trace format, so a resident copy is idle all the time it is resident;
 - **stable** is false when the requests ask some link for as many bytes per second as it can move
   (``offered_load``: bytes asked of the busiest link in the window ÷ its bandwidth × the window, at least
-  ``SATURATED``): the waits then measure the queue, not the policy. Requests for a model whose load is
-  already asked for wait on that load instead of asking again, so a saturated link shows an offered load
-  of about 1, not more: its backlog is bounded only by the number of models.
+  ``SATURATED``): the waits then measure the queue, not the policy. What requests ask is what the loads
+  they wait on have still to move when they start waiting: a load on request, or a prefetch from the
+  moment a request waits on it. A prefetch nobody waits on asks nothing, since loads on request pre-empt
+  it: its backlog delays no request by itself. Requests for a model whose load is already asked for wait
+  on that load instead of asking again, so a saturated link shows an offered load of about 1, not more:
+  its backlog is bounded only by the number of models.
 """
 
 from __future__ import annotations

@@ -147,12 +147,23 @@ class World:
                 if job.link is not None:
                     job.link.progress()  # what it moved so far, it moved at the speculative share
                 job.demand = True
+                self._ask(job)
                 if job.link is not None:
                     job.link.changed()
             upstream = job.reading if job.reading is not None else job.waiting_on
             job = upstream.job if upstream is not None else None
 
     # ------------------------------------------------------------------ jobs
+
+    def _ask(self, job: Job) -> None:
+        """Count what a load a request waits on asks of each link it has still to cross, when it starts
+        to wait: under a link that cannot keep up this is more than the link moves, and the difference
+        is the backlog. A prefetch asks nothing until a request waits on it: loads on request pre-empt
+        prefetches, so a prefetch backlog delays no request by itself (``metrics``: ``stable``)."""
+        node, now = job.node, self.clock.now
+        for i, tier in enumerate(job.hops):
+            moving = i == 0 and job.link is not None
+            self.record.asked(node.link_key[tier], job.left if moving else job.size, now)
 
     def _job(self, node: Node, model: str, target: Tier, *, demand: bool, order: Order | None) -> Job:
         size = self.catalog[model].size_bytes
@@ -169,11 +180,8 @@ class World:
             source=frm,
             gpus=tuple(order.gpus) if order is not None else (),
         )
-        # What a load asks of each link it will cross, counted when it is asked for: under a link that
-        # cannot keep up this is more than the link moves, and the difference is the backlog.
-        now = self.clock.now
-        for tier in job.hops:
-            self.record.asked(node.link_key[tier], size, now)
+        if demand:
+            self._ask(job)
         node.jobs.setdefault(model, []).append(job)
         self._job_nodes.setdefault(model, set()).add(node)
         if target is Tier.L0:

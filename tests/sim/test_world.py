@@ -356,6 +356,38 @@ def test_a_cluster_that_cannot_keep_up_is_reported_unstable() -> None:
     assert light.offered_load < 1.0
 
 
+class _Hoarder(Policy):
+    """Orders every model but ``s`` onto disk at its first tick, and nothing after."""
+
+    name = "hoarder"
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog, self.done = catalog, False
+
+    def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
+        if self.done:
+            return []
+        self.done = True
+        return [
+            _order(m, OrderAction.PREFETCH, Tier.L2, now, self.catalog)
+            for m in self.catalog.ids()
+            if m != "s"
+        ]
+
+
+def test_a_backlog_of_prefetches_no_request_waits_on_does_not_make_a_cluster_unstable() -> None:
+    # 1.5 TB ordered onto disk over a 0.1 GB/s link: 15,000 s of downloads in a 2-hour window. Loads
+    # on request pre-empt them, so the requests (1 GB every 10 minutes) still find the link free.
+    catalog = _catalog({"s": GB, **{f"big{k}": 150 * GB for k in range(10)}})
+    cluster = _cluster(("80GB",), l3=0.1e9)
+    times = [T0 + 600 * k + 1 for k in range(12)]
+    world = World(cluster, catalog, start=T0, end=T0 + 7200)
+    result = simulate(_Hoarder(catalog), world, times, ["s"] * 12, warmup_s=0)
+    assert world.record.bytes_moved["L3->L2"] < 0.75e12  # the backlog was there
+    assert result.stable
+    assert result.offered_load < 0.05  # 12 GB asked of 720 GB
+
+
 def test_the_nodes_own_placement_is_the_spines() -> None:
     """``sim._node._placement`` is ``prewarm.gpu_placement`` with the shard count known: equal answers
     on every mix of GPU sizes and free bytes, ties included."""
