@@ -60,6 +60,8 @@ class Record:
     link_rate: dict[str, float] = field(default_factory=dict)  # by "node link"
     prefetches: int = 0
     mispredictions: int = 0
+    disk_stagings: int = 0
+    disk_stagings_unread: int = 0
     failed_orders: int = 0
     queued_loads: int = 0
     orders: int = 0
@@ -132,6 +134,11 @@ class SimMetrics:
     orders: int
     over_commit_bytes: int
     """Bytes the executors' LRU had to displace to apply this policy's orders (0 for a correct plan)."""
+    disk_stagings: int = 0
+    """Prefetches onto disk alone (``prefetches`` counts those into host or GPU memory)."""
+    disk_stagings_unread: int = 0
+    """Of the copies they staged, those no load read before they left the disk or the window ended (a
+    copy staged in the window's last ten minutes is not counted): the downloads a wrong guess wasted."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -196,4 +203,6 @@ def metrics(policy: str, record: Record, *, unlimited: bool = False) -> SimMetri
         failed_orders=record.failed_orders,
         orders=record.orders,
         over_commit_bytes=record.over_commit_bytes,
+        disk_stagings=record.disk_stagings,
+        disk_stagings_unread=record.disk_stagings_unread,
     )

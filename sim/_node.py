@@ -77,6 +77,7 @@ class Copy:
     prefetched: bool = False  # brought in speculatively and not used since
     bet: bool = False  # the copy a prefetch was for: leaving while still unused, it was mispredicted
     counted: bool = False  # that prefetch was made in the window
+    staged: bool = False  # put on disk by a prefetch for the disk, and read by no load since
     gpus: tuple[int, ...] = ()
     pins: int = 0  # hops reading from it
     job: Job | None = None  # bringing it in, while in flight

@@ -245,6 +245,7 @@ class World:
         job.copy, job.reading, job.hop_began = copy, source, now
         if source is not None:
             source.pins += 1
+            source.staged = False
             if source.tier is Tier.L0:
                 node.l0_changed(source.gpus)
         self.clock.at(now + self.hop_overhead_s, self._enqueue, job)
@@ -353,6 +354,7 @@ class World:
             last_used=now if job.demand else None,
             prefetched=speculative,
             bet=speculative and tier is job.target,
+            staged=not job.demand and tier is Tier.L2 and job.target is Tier.L2,
             counted=self.record.counts(now),
             gpus=gpus,
             job=job,
@@ -382,6 +384,8 @@ class World:
             self.record.resident(tier, copy.bytes, copy.ready_at, now)
         if copy.bet and copy.prefetched and copy.counted and self.record.counts(now):
             self.record.mispredictions += 1
+        if copy.staged and copy.counted and self.record.counts(now):
+            self.record.disk_stagings_unread += 1
 
     def _write_down(self, node: Node, model: str, to: Tier, order: Order) -> bool:
         """Copy ``model`` from its closest copy into the farther tier ``to``: a demotion's first half."""
@@ -437,8 +441,11 @@ class World:
                 return OrderStatus.FAILED
             job = self._job(node, model, order.tier, demand=order.demand, order=order)
             speculative = order.action is OrderAction.PREFETCH and not order.demand
-            if speculative and order.tier in (Tier.L0, Tier.L1) and self.record.counts(now):
-                self.record.prefetches += 1
+            if speculative and self.record.counts(now):
+                if order.tier is Tier.L2:
+                    self.record.disk_stagings += 1
+                else:
+                    self.record.prefetches += 1
             self._start(job)
         elif change.fills and not self._write_down(node, model, order.tier, order):
             return OrderStatus.FAILED
@@ -452,7 +459,8 @@ class World:
         return LazyReports(self.nodes, lambda name: self.nodes[name].report(now, self.catalog))
 
     def finish(self) -> None:
-        """Count what is still resident at the window's end, and prefetches left unused long enough."""
+        """Count what is still resident at the window's end, and prefetches (and disk stagings) left
+        unused long enough."""
         end = self.record.end
         for node in self.nodes.values():
             for tier in CACHE_TIERS:
@@ -466,3 +474,5 @@ class World:
                         and copy.ready_at <= end - MISPREDICTION_WINDOW_S
                     ):
                         self.record.mispredictions += 1
+                    if copy.staged and copy.counted and copy.ready_at <= end - MISPREDICTION_WINDOW_S:
+                        self.record.disk_stagings_unread += 1

@@ -375,6 +375,14 @@ class _Hoarder(Policy):
         ]
 
 
+def test_copies_staged_on_disk_on_a_guess_are_counted_and_so_are_those_no_load_read() -> None:
+    # The hoarder stages big0..big2 on disk; requests read big0 only. big1 and big2 are unread.
+    catalog = _catalog({"s": GB, **{f"big{k}": 50 * GB for k in range(3)}})
+    world = World(_cluster(("80GB",)), catalog, start=T0, end=T0 + 7200)
+    result = simulate(_Hoarder(catalog), world, [T0 + 1800, T0 + 1900], ["big0", "s"], warmup_s=0)
+    assert (result.prefetches, result.disk_stagings, result.disk_stagings_unread) == (0, 3, 2)
+
+
 def test_a_backlog_of_prefetches_no_request_waits_on_does_not_make_a_cluster_unstable() -> None:
     # 1.5 TB ordered onto disk over a 0.1 GB/s link: 15,000 s of downloads in a 2-hour window. Loads
     # on request pre-empt them, so the requests (1 GB every 10 minutes) still find the link free.
