@@ -382,9 +382,15 @@ class World:
                     del self._l0[model]
         if copy.ready_at <= now:
             self.record.resident(tier, copy.bytes, copy.ready_at, now)
-        if copy.bet and copy.prefetched and copy.counted and self.record.counts(now):
+        if copy.counted and self.record.counts(now):
+            self._settle_guess(copy)
+
+    def _settle_guess(self, copy: Copy) -> None:
+        """A copy a prefetch made in the window is leaving, or the window ends: count the guess if it
+        went unused (a prefetch into host or GPU memory, mispredicted; one onto disk, unread)."""
+        if copy.bet and copy.prefetched:
             self.record.mispredictions += 1
-        if copy.staged and copy.counted and self.record.counts(now):
+        if copy.staged:
             self.record.disk_stagings_unread += 1
 
     def _write_down(self, node: Node, model: str, to: Tier, order: Order) -> bool:
@@ -467,12 +473,5 @@ class World:
                 for copy in node.copies[tier].values():
                     if copy.ready_at <= end:
                         self.record.resident(tier, copy.bytes, copy.ready_at, end)
-                    if (
-                        copy.bet
-                        and copy.prefetched
-                        and copy.counted
-                        and copy.ready_at <= end - MISPREDICTION_WINDOW_S
-                    ):
-                        self.record.mispredictions += 1
-                    if copy.staged and copy.counted and copy.ready_at <= end - MISPREDICTION_WINDOW_S:
-                        self.record.disk_stagings_unread += 1
+                    if copy.counted and copy.ready_at <= end - MISPREDICTION_WINDOW_S:
+                        self._settle_guess(copy)
