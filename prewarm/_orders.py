@@ -1,11 +1,13 @@
 """What an order does to a node, written once.
 
-Three rules, each pure and each called by every party that needs it:
+Five rules, each pure and each called by every party that needs it:
 
 - **admission** (``admit``): whether a node carries an order out at all — not one it has seen, not one for
   another node, not one past its deadline, not one for a model or version its catalog does not hold;
 - **effect** (``effect``): which tiers gain a copy of the model and which lose theirs;
 - **LRU victims** (``lru_victims``): which residents a full tier gives up when a load needs room;
+- **admission by use** (``admits``, over ``UseCounts``): whether a new copy takes a place in a full disk
+  at all (a load on its way to memory streams past it when not);
 - **GPU placement** (``gpu_shards``, ``gpu_placement``): how many GPUs of a node a model takes and which.
 
 The executor carries orders out by these rules; the planner books the orders it has published but not yet
@@ -22,6 +24,7 @@ in L0 or L1 was loaded through the tiers below it, which usually still hold it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -30,12 +33,15 @@ from typing import Generic, Protocol, TypeVar
 from prewarm._schemas import CACHE_TIERS, Order, OrderAction, OrderStatus, Tier
 
 __all__ = [
+    "USE_DECAY_S",
     "Admission",
     "Effect",
     "Evictable",
     "Holding",
+    "UseCounts",
     "Versioned",
     "admit",
+    "admits",
     "closest",
     "effect",
     "gpu_placement",
@@ -204,6 +210,50 @@ def lru_victims(residents: Iterable[Evictable[K]], need: int, free: int) -> list
         if need <= free:
             return chosen
     return None
+
+
+# ------------------------------------------------------------------ admission by use
+
+USE_DECAY_S = 3600.0
+"""How long a use counts in ``UseCounts``: its weight falls by e every hour."""
+
+
+class UseCounts(Generic[K]):
+    """How often each key was used lately: a use adds one, and every count decays by e^(-elapsed/τ).
+
+    A use is a request the node serves for the model (the executor: a load on request, an ``acquire``, a
+    lease; the simulator: a request routed to the node). Not locked: its owner guards it.
+    """
+
+    def __init__(self, tau_s: float = USE_DECAY_S) -> None:
+        self.tau_s = tau_s
+        self._counts: dict[K, tuple[float, float]] = {}  # key -> (count, when it was that)
+
+    def use(self, key: K, at: float) -> None:
+        self._counts[key] = (self.count(key, at) + 1.0, at)
+
+    def count(self, key: K, at: float) -> float:
+        held = self._counts.get(key)
+        if held is None:
+            return 0.0
+        count, since = held
+        return count * math.exp(min(0.0, since - at) / self.tau_s)
+
+
+def admits(newcomer: K, victims: Iterable[K], uses: UseCounts[K], at: float) -> bool:
+    """Whether a new copy takes its place in a full disk cache, dropping ``victims`` (its
+    ``lru_victims``): only when none of them was used more often lately than ``newcomer``. Otherwise
+    nothing is dropped: a load on its way to memory streams past the disk, and a prefetch or demotion
+    into the disk itself fails.
+
+    LRU alone lets any load through a full disk drop the copy of a model the node reads again and again,
+    which then comes back from object storage, over the slowest link, each time memory lets it go.
+    Admission by frequency is TinyLFU's (Einziger, Friedman and Manes, 2017), on decayed counts. Every
+    new disk copy is weighed but one that must be made: a load that cannot reach memory without it, or a
+    copy a request waits for in the disk itself.
+    """
+    mine = uses.count(newcomer, at)
+    return all(uses.count(victim, at) <= mine for victim in victims)
 
 
 # ------------------------------------------------------------------ GPU placement

@@ -1,9 +1,12 @@
-"""The order semantics that planner, executor and simulator share: admission, effect, LRU victims."""
+"""The order semantics that planner, executor and simulator share: admission, effect, LRU victims,
+admission by use."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,7 +18,9 @@ from prewarm import (
     OrderReason,
     OrderStatus,
     Tier,
+    UseCounts,
     admit,
+    admits,
     closest,
     effect,
     gpu_placement,
@@ -143,6 +148,30 @@ def test_lru_victims_free_just_enough_from_the_oldest_unpinned_ready_copies(
     assert free + sum(by_key[k].nbytes for k in victims) >= need
     # Minimal: without the last one chosen it would not be enough.
     assert not victims or free + sum(by_key[k].nbytes for k in victims[:-1]) < need
+
+
+def test_a_use_count_falls_by_e_every_decay_time_and_each_use_adds_one() -> None:
+    uses: UseCounts[str] = UseCounts(tau_s=3600.0)
+    uses.use("m", NOW)
+    uses.use("m", NOW)
+    assert uses.count("m", NOW) == pytest.approx(2.0)
+    assert uses.count("m", NOW + 3600.0) == pytest.approx(2.0 / math.e)
+    uses.use("m", NOW + 3600.0)
+    assert uses.count("m", NOW + 7200.0) == pytest.approx((2.0 / math.e + 1.0) / math.e)
+    assert uses.count("never", NOW) == 0.0
+
+
+def test_a_load_through_a_full_tier_is_admitted_only_if_no_victim_was_used_more_often() -> None:
+    uses: UseCounts[str] = UseCounts()
+    for i in range(5):
+        uses.use("busy", NOW + i)  # read five times on this node lately
+    uses.use("newcomer", NOW)
+    assert not admits("newcomer", ["idle", "busy"], uses, NOW + 10)
+    assert admits("newcomer", ["idle"], uses, NOW + 10)  # never used here: LRU as before
+    assert admits("busy", ["newcomer", "idle"], uses, NOW + 10)
+    # A day later the five uses count for less than one use of the newcomer now.
+    uses.use("newcomer", NOW + 86_400)
+    assert admits("newcomer", ["busy"], uses, NOW + 86_400)
 
 
 @given(
