@@ -121,8 +121,10 @@ def fetch_checkpoint(
     part_bytes: int,
     window: int,
     transfer: Transfer,
+    weigh: bool = False,
 ) -> L2Object:
-    """Download every file of ``spec`` into one L2 directory, verified; nothing is visible until all is."""
+    """Download every file of ``spec`` into one L2 directory, verified; nothing is visible until all is.
+    ``weigh``: it must win its place in a full L2 (``L2Cache.begin``)."""
     assert spec.sha256 is not None
     files = sorted(spec.files, key=lambda f: f.path)
     probe_checkpoint(store, spec)  # sizes and shard headers, before a byte is reserved
@@ -131,6 +133,7 @@ def fetch_checkpoint(
         [(f.path, f.size_bytes, f.sha256 or "") for f in files],
         model=spec.id,
         version=spec.version,
+        weigh=weigh,
     )
     try:
         for f in files:

@@ -130,6 +130,8 @@ class Loader:
         ``gpus``: where a new L0 copy goes (an order's GPUs, one shard each); empty: where the placement
         rule says. A copy already in L0 stays where it is."""
         key = spec.key
+        if demand and spec.sha256 is not None:
+            self.l2.used(spec.sha256)  # what L2's admission weighs (``prewarm.admits``)
         with self._lock:
             lock = self._model_locks.setdefault(key, threading.Lock())
             if demand:
@@ -193,7 +195,7 @@ class Loader:
         if tier is Tier.L2:
             if obj is not None:
                 return result(Tier.L2)
-            demoted_from = self._demote_to_l2(spec, hops)
+            demoted_from = self._demote_to_l2(spec, hops, demand)
             if demoted_from is not None:
                 return result(demoted_from)  # written from host or device memory, no download
             served = self._from_l3(spec, tier, hops, demand, gpus)
@@ -239,7 +241,9 @@ class Loader:
                 return Tier.L2
             block, device_model = self._download_targets(spec, layout, tier, demand, gpus)
             try:
-                tw = self._begin_l2(spec, layout.file_bytes, tier, streamable=bool(block or device_model))
+                tw = self._begin_l2(
+                    spec, layout.file_bytes, tier, demand, streamable=bool(block or device_model)
+                )
                 self._download(spec, store, tw, block, device_model, hops, demand)
             except BaseException:
                 self._device.abort(key, block, device_model)
@@ -278,6 +282,7 @@ class Loader:
                             store,
                             spec,
                             self.l2,
+                            weigh=_weighed(tier, demand, streamable=self._streams(spec, tier)),
                             pool=self._net_pool,
                             part_bytes=self.s3_settings.s3_part_bytes,
                             window=2 * self.s3_settings.s3_concurrency,
@@ -297,13 +302,18 @@ class Loader:
             self._l2_up(spec, obj, tier, hops, demand, gpus)
         return served
 
-    def _begin_l2(self, spec: ModelSpec, size: int, tier: Tier, *, streamable: bool) -> TempWrite | None:
+    def _begin_l2(
+        self, spec: ModelSpec, size: int, tier: Tier, demand: bool, *, streamable: bool
+    ) -> TempWrite | None:
         """The temp write a download fills in L2; None when L2 cannot take it and the download lands in
         memory anyway (``streamable``): then it streams past L2 (counted and logged as a bypass)."""
         assert spec.sha256 is not None
         name = spec.weight_files()[0].path
+        weigh = _weighed(tier, demand, streamable=streamable)
         try:
-            return self.l2.begin(spec.sha256, size, model=spec.id, version=spec.version, name=name)
+            return self.l2.begin(
+                spec.sha256, size, model=spec.id, version=spec.version, name=name, weigh=weigh
+            )
         except (CapacityError, StorageError) as exc:
             if tier is Tier.L2 or disk_fault(exc) is None:
                 raise
@@ -314,6 +324,13 @@ class Loader:
                 ) from exc
             self.l2.bypasses.streams_past(exc, model=spec.id)
             return None
+
+    def _streams(self, spec: ModelSpec, tier: Tier) -> bool:
+        """Whether a checkpoint on its way to ``tier`` can stream past L2 (``CheckpointStream``): to L1,
+        or to L0 straight into the buffer (the CPU device) or through an L1 block big enough to hold it."""
+        if tier is Tier.L2:
+            return False
+        return tier is Tier.L1 or self._direct_l0 or spec.size_bytes <= self.l1.cache.capacity
 
     def _download_targets(
         self, spec: ModelSpec, layout: Layout, tier: Tier, demand: bool, gpus: tuple[int, ...]
@@ -515,7 +532,7 @@ class Loader:
                 if copier is not None:
                     copier.finish()
 
-    def _demote_to_l2(self, spec: ModelSpec, hops: HopTimer) -> Tier | None:
+    def _demote_to_l2(self, spec: ModelSpec, hops: HopTimer, demand: bool) -> Tier | None:
         """Write a model that L1 or L0 holds to L2, verified like a download; where it came from, or
         None when neither holds it. From L1 the block is written as it is (O_DIRECT, no copy); from L0
         in chunks through host scratch buffers."""
@@ -537,7 +554,13 @@ class Loader:
             with self.l2.download_lock(spec.sha256):
                 if self.l2.refresh(spec.sha256) is not None:
                     return source
-                tw = self.l2.begin(spec.sha256, spec.size_bytes, model=spec.id, version=spec.version)
+                tw = self.l2.begin(
+                    spec.sha256,
+                    spec.size_bytes,
+                    model=spec.id,
+                    version=spec.version,
+                    weigh=_weighed(Tier.L2, demand, streamable=False),
+                )
                 hop = f"{source.value}->L2"
                 with hops.hop(hop), self._gates["L3->L2"].transfer(lambda: False) as transfer:
                     fetch_l3(
@@ -565,3 +588,10 @@ class Loader:
             if store is None:
                 store = self._stores[scheme] = open_store(uri, self.s3_settings)
             return store
+
+
+def _weighed(tier: Tier, demand: bool, *, streamable: bool) -> bool:
+    """Whether a new L2 copy for a load to ``tier`` must win its place against the copies it would evict
+    (``prewarm.admits``; ``L2Cache.begin``'s ``weigh``): every one but a copy that must be made, i.e. one
+    a load to memory cannot do without (not ``streamable``) or one a request waits for in L2 itself."""
+    return not demand if tier is Tier.L2 else streamable

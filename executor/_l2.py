@@ -14,6 +14,13 @@ partial is ever visible; a checkpoint likewise, each file checked, the directory
 Every use touches the object's mtime: that is the LRU order after a restart
 and across processes sharing the directory, which share its byte budget too (``_fit_shared``).
 
+A new copy that must win its place (``weigh``) takes one in a full L2 only if none of the objects it
+would evict served more requests on this node lately (``prewarm.admits`` over ``used``'s counts);
+otherwise nothing is evicted, and a load on its way to memory streams past L2 while a prefetch or a
+demotion into L2 itself fails. The loader weighs every copy but one that must be made (``_hops``).
+The counts live in memory: a restarted executor weighs nothing until it has served requests again,
+which leaves plain LRU meanwhile.
+
 While an object is written, per-chunk xxh3 digests are recorded; every later read
 checks the chunk it just read, on the reading thread, so a flipped byte is caught on the next load at
 the cost of hashing at ~10 GB/s, not of re-reading the file. ``verify_all`` re-hashes everything.
@@ -30,6 +37,7 @@ import contextlib
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,7 +66,7 @@ from executor._l2_io import (
     write_at,
 )
 from executor._tier import TierCache
-from prewarm import CapacityError, IntegrityError, StorageError, Tier, get_logger
+from prewarm import CapacityError, IntegrityError, StorageError, Tier, UseCounts, admits, get_logger
 
 __all__ = [
     "INDEX_VERSION",
@@ -101,6 +109,9 @@ class L2Cache:
         self.cache: TierCache[str, L2Object] = TierCache(
             Tier.L2, capacity, clock=clock, release=self._release
         )
+        self._clock = clock
+        self._uses: UseCounts[str] = UseCounts()  # by sha256: requests this node served per object
+        self._uses_lock = threading.Lock()
         # Why the directory cannot be used at all (None: it can). The node still serves: loads stream
         # past L2, which stays empty with a budget of 0, until the executor is restarted on a good disk.
         self.fault: OSError | None = None
@@ -258,6 +269,18 @@ class L2Cache:
             _touch(obj.path)
         return obj
 
+    def used(self, sha: str) -> None:
+        """The node served a request for the model whose weights are ``sha``, from whichever tier."""
+        with self._uses_lock:
+            self._uses.use(sha, self._clock())
+
+    def _admits(self, sha: str) -> Callable[[list[str]], bool]:
+        def worth(victims: list[str]) -> bool:
+            with self._uses_lock:
+                return admits(sha, victims, self._uses, self._clock())
+
+        return worth
+
     def pin(self, sha: str) -> L2Object | None:
         return self.cache.pin(sha)
 
@@ -289,13 +312,16 @@ class L2Cache:
         finally:
             lock.release()
 
-    def begin(self, sha: str, size: int, *, model: str, version: str, name: str = "") -> TempWrite:
+    def begin(
+        self, sha: str, size: int, *, model: str, version: str, name: str = "", weigh: bool = False
+    ) -> TempWrite:
         """Reserve ``size`` bytes and open a temp file that nobody will ever read as an object.
 
-        ``CapacityError`` when the budget (capped at what the disk holds) cannot take it, ``StorageError``
-        when the disk refuses: either way nothing is left behind, and ``disk_fault`` names the cause."""
+        ``CapacityError`` when the budget (capped at what the disk holds) cannot take it, or (``weigh``)
+        when the objects it would evict served more requests lately (``NotAdmitted``); ``StorageError``
+        when the disk refuses. Either way nothing is left behind, and ``disk_fault`` names the cause."""
         self._usable()
-        self.cache.reserve(sha, size)
+        self.cache.reserve(sha, size, admit=self._admits(sha) if weigh else None)
         path = self.root / "tmp" / f"{sha}.{os.getpid()}.part"
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -430,12 +456,13 @@ class L2Cache:
     # -- checkpoint directories
 
     def begin_checkpoint(
-        self, sha: str, files: list[tuple[str, int, str]], *, model: str, version: str
+        self, sha: str, files: list[tuple[str, int, str]], *, model: str, version: str, weigh: bool = False
     ) -> CheckpointWrite:
-        """Reserve every file's bytes and make the temporary directory they will be written into."""
+        """Reserve every file's bytes and make the temporary directory they will be written into
+        (``weigh``: as for ``begin``)."""
         size = sum(f[1] for f in files)
         self._usable()
-        self.cache.reserve(sha, size)
+        self.cache.reserve(sha, size, admit=self._admits(sha) if weigh else None)
         cw = CheckpointWrite(
             sha256=sha,
             size=size,

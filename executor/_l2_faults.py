@@ -5,7 +5,9 @@ below the model's size, the disk full or over quota, failing, read-only, or the 
 brings the model to L1 or L0, straight from L3 and verified by its sha256 as ever, and leaves nothing
 in L2 (``_hops``, ``_pipeline.fetch_l3``). ``disk_fault`` says which failures those are; ``Bypasses``
 counts every such load (``prewarm_executor_l2_bypass_total{reason}``) and logs a reason once, not once
-per load, until L2 takes a download again.
+per load, until L2 takes a download again. A download that L2 declined to cache because the copies it
+would displace are read more often (``not_admitted``, ``prewarm.admits``) streams past the same way; it
+is counted, not logged, since it is the cache working as meant rather than a fault.
 
 ``DiskBudget``: the budget L2 accounts against is never more than its filesystem can hold, i.e. what
 is free there now plus what the cache's own files already occupy; the cache asks again before every
@@ -20,6 +22,7 @@ import threading
 from pathlib import Path
 
 from executor import _metrics
+from executor._tier import NotAdmitted
 from prewarm import CapacityError, IntegrityError, ObjectStoreError, get_logger
 
 __all__ = ["Bypasses", "DiskBudget", "disk_fault"]
@@ -45,6 +48,8 @@ def disk_fault(exc: BaseException) -> str | None:
         seen.add(id(current))
         if isinstance(current, (IntegrityError, ObjectStoreError)):
             return None
+        if isinstance(current, NotAdmitted):
+            return "not_admitted"
         if isinstance(current, CapacityError):
             return "full"
         if isinstance(current, OSError) and current.errno is not None:
@@ -75,6 +80,9 @@ class Bypasses:
 
     def note(self, reason: str, *, model: str, error: BaseException) -> None:
         _metrics.L2_BYPASS.labels(reason).inc()
+        if reason == "not_admitted":
+            log.debug("L2 keeps its busier copies: streaming past", extra={"model": model})
+            return
         with self._lock:
             first = reason not in self._logged
             self._logged.add(reason)

@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 from executor import _metrics
 from prewarm import CapacityError, PlacementFailed, Tier, lru_victims
 
-__all__ = ["ALIGN", "Entry", "ModelKey", "TierCache", "round_up"]
+__all__ = ["ALIGN", "Entry", "ModelKey", "NotAdmitted", "TierCache", "round_up"]
 
 # L1 and L0 entries are keyed by ``ModelSpec.key`` = (id, version, sha256): after the catalog moves a
 # model to a new version, a lookup with the new key cannot find the old copy, whatever is still resident.
@@ -32,6 +32,11 @@ ALIGN = 4096  # O_DIRECT wants offsets, lengths and addresses aligned to the log
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+
+class NotAdmitted(CapacityError):
+    """A load that would pass through a full tier was not given a place there (``prewarm.admits``): the
+    copies it would drop are used more often. The load goes on past the tier; nothing was evicted."""
 
 
 def round_up(n: int, align: int = ALIGN) -> int:
@@ -134,12 +139,14 @@ class TierCache(Generic[K, V]):
         *,
         prefetched: bool = False,
         relieves: Callable[[Entry[K, V]], bool] | None = None,
+        admit: Callable[[list[K]], bool] | None = None,
     ) -> V | None:
         """Account ``nbytes`` for ``key`` (evicting LRU entries if needed) and place it; returns the place.
 
         The entry is not visible to ``lookup`` until ``commit``; ``abort`` gives the bytes back.
         ``relieves``: which entries are worth evicting for this one (L0: those on the GPUs it goes to);
-        default every entry.
+        default every entry. ``admit``: asked with the LRU victims, when there are any, whether the entry
+        is worth them; ``NotAdmitted`` (nothing evicted) when it says no. Default: always.
         """
         if nbytes > self.capacity:
             raise CapacityError(
@@ -158,6 +165,11 @@ class TierCache(Generic[K, V]):
                     raise CapacityError(
                         f"{self.tier}: {nbytes} bytes do not fit: {self.capacity - self._used} free "
                         "and every other entry is in use or loading"
+                    )
+                if victims and admit is not None and not admit(victims):
+                    raise NotAdmitted(
+                        f"{self.tier}: not admitted: the {len(victims)} entries it would evict for its "
+                        f"{nbytes} bytes were used more often lately"
                     )
                 for victim in victims:
                     released.append(self._drop(victim, "capacity"))

@@ -557,3 +557,49 @@ def test_a_checkpoint_from_s3_streams_past_a_full_l2(
     assert full.delta == 1
     assert nothing_in_l2(executor)
     assert serves_checkpoint(executor, on_s3, root)
+
+
+def _l2_models(executor: Executor) -> set[str]:
+    return {r.model for t in executor.state().tiers if t.tier is Tier.L2 for r in t.resident}
+
+
+@pytest.mark.parametrize(("tier", "direct_l0"), TARGETS)
+def test_a_load_through_a_full_l2_streams_past_rather_than_evict_a_copy_read_more_often(
+    catalog: Catalog, make_executor: ExecutorFactory, tier: Tier, direct_l0: bool
+) -> None:
+    size = catalog["m0"].size_bytes
+    executor = make_executor(catalog, l2_budget_bytes=2 * size + 10, direct_l0=direct_l0)
+    for _ in range(3):
+        executor.ensure("m0", Tier.L0, demand=True)  # three requests served here
+    executor.ensure("m1", Tier.L2)  # m0, read from memory since, is L2's least recently used now
+    with metric_delta(BYPASS, {"reason": "not_admitted"}) as declined:
+        result = executor.ensure("m2", tier)
+
+    assert result.served_from is Tier.L3
+    assert declined.delta == 1
+    assert _l2_models(executor) == {"m0", "m1"}
+    assert serves(executor, catalog["m2"])
+    # A prefetch into L2 itself is weighed the same way and fails; a request waiting for m2 in L2
+    # takes its place, and LRU gives up m0 for it, however often m0 was read.
+    with pytest.raises(CapacityError, match="not admitted"):
+        executor.ensure("m2", Tier.L2)
+    assert _l2_models(executor) == {"m0", "m1"}
+    executor.ensure("m2", Tier.L2, demand=True)
+    assert _l2_models(executor) == {"m1", "m2"}
+
+
+def test_a_checkpoint_on_its_way_to_memory_is_declined_by_a_full_l2_the_same_way(
+    checkpoint: tuple[ModelSpec, Path], catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    spec, root = checkpoint
+    every_file = sum(f.size_bytes for f in spec.files)  # config and tokenizer too
+    executor = make_executor(Catalog([*catalog, spec]), l2_budget_bytes=every_file + 10)
+    executor.ensure("m0", Tier.L1, demand=True)
+    executor.ensure("m0", Tier.L1, demand=True)
+    with metric_delta(BYPASS, {"reason": "not_admitted"}) as declined:
+        result = executor.ensure(spec.id, Tier.L1)
+
+    assert result.served_from is Tier.L3
+    assert declined.delta == 1
+    assert _l2_models(executor) == {"m0"}
+    assert serves_checkpoint(executor, spec, root)
