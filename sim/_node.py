@@ -22,6 +22,7 @@ from prewarm import (
     ResidentModel,
     Tier,
     TierState,
+    UseCounts,
     effect,
     gpu_shards,
     load_path,
@@ -156,6 +157,7 @@ class Node:
         self.copies: dict[Tier, dict[str, Copy]] = {t: {} for t in CACHE_TIERS}
         # The same three dicts, closest tier first: ``closest`` asks them on every request and every hop.
         self.by_tier: tuple[dict[str, Copy], ...] = tuple(self.copies[t] for t in CACHE_TIERS)
+        self.uses: UseCounts[str] = UseCounts()  # the requests it served, per model: disk admission's
         self.links = {hop: Link(world.clock, hop, rate) for hop, rate in rates.items()}
         self.busy = {hop: BusyShare() for hop in self.links}
         # The record's name of the link into each tier ("node L3->L2"), made once, not per load.

@@ -4,9 +4,11 @@ link, and requests that wait for whatever is not yet in GPU memory.
 It plays the executors' part by the executor's own rules from the spine: which orders it carries out
 (``prewarm.admit``), what each does to a model's copies (``prewarm.effect``, ``prewarm.load_path``),
 which copies a full tier gives up (``prewarm.lru_victims``: least recently used, never one still loading
-or being read from) and which GPUs an L0 copy takes (``prewarm.gpu_shards``, ``prewarm.gpu_placement``:
-a model larger than one GPU takes equal shards on several GPUs of one node). The bytes the LRU gives up
-to carry out an order are that order's over-commit.
+or being read from), whether a load on its way to memory takes a place on a full disk at all
+(``prewarm.admits``: not when a copy it would drop served more requests on the node lately) and which
+GPUs an L0 copy takes (``prewarm.gpu_shards``, ``prewarm.gpu_placement``: a model larger than one GPU
+takes equal shards on several GPUs of one node). The bytes the LRU gives up to carry out an order are
+that order's over-commit.
 
 A load is a job of hops along ``load_path``, each of which reserves its tier's bytes when it starts and
 moves them over the link into that tier (``L3->L2`` and ``L2->L1`` per node; ``L1->L0`` per node too:
@@ -31,6 +33,7 @@ from prewarm import (
     OrderStatus,
     Tier,
     admit,
+    admits,
     lru_victims,
 )
 from scheduler import Cluster
@@ -129,6 +132,7 @@ class World:
         return job
 
     def _touch(self, node: Node, model: str, at: float) -> None:
+        node.uses.use(model, at)
         for copies in node.by_tier:
             copy = copies.get(model)
             if copy is not None:
@@ -334,6 +338,11 @@ class World:
             free = node.capacity[tier] - node.used[tier]
             chosen = [] if job.size <= free else lru_victims(node.copies[tier].values(), job.size, free)
             if chosen is None:
+                return None
+            # The executor weighs every new disk copy but one a request waits for in the disk itself
+            # (``prewarm.admits``): declined, a load to memory streams past, and an order fails.
+            weighed = tier is Tier.L2 and (job.target is not Tier.L2 or not job.demand)
+            if chosen and weighed and not admits(job.model, chosen, node.uses, self.clock.now):
                 return None
             gpus, victims = (), chosen
         for model in victims:

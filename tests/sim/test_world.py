@@ -222,6 +222,35 @@ def test_a_load_on_request_streams_past_a_disk_whose_room_is_held_by_a_download_
     assert [r.model for r in disk.resident] == ["a"]  # a's download went on after
 
 
+def test_a_load_through_a_full_disk_does_not_displace_a_copy_the_node_reads_more_often() -> None:
+    # The disk holds 100 GB; host memory cannot hold any of these models, so each load reads its disk
+    # copy or object storage. a is requested five times, c once, then b once: b's load passes through a
+    # disk holding a and c, and LRU would drop a (the least recently used) for it. a served more requests
+    # here lately than b, so b streams past the disk and a's next load reads it from disk, not from L3.
+    catalog = _catalog({"a": 60 * GB, "b": 60 * GB, "c": 30 * GB})
+    world = _world(_cluster(host="50GB", disk="100GB"), catalog)
+    for k in range(5):
+        _request(world, "a", T0 + k)
+    _request(world, "c", T0 + 1000)
+    _request(world, "b", T0 + 2000)
+    _request(world, "a", T0 + 3000)
+    _settle(world)
+
+    def disk() -> list[str]:
+        tier = world.reports(world.clock.now)["n1"].tier(Tier.L2)
+        assert tier is not None
+        return sorted(r.model for r in tier.resident)
+
+    assert disk() == ["a", "c"]
+    assert _waits(world)[-1] == pytest.approx(60 / 7 + 60 / 50, abs=1e-3)  # disk, then host to GPU
+    # A prefetch into the disk itself is weighed the same way: it fails, and a and c stay.
+    failed = world.record.failed_orders
+    world.apply(_order("b", OrderAction.PREFETCH, Tier.L2, world.clock.now, catalog), world.clock.now)
+    _settle(world)
+    assert disk() == ["a", "c"]
+    assert world.record.failed_orders == failed + 1
+
+
 def test_a_request_goes_to_a_ready_disk_copy_not_to_a_prefetch_whose_download_has_not_moved() -> None:
     # n1 holds c in its GPUs and a on disk; n2 is downloading a for a prefetch, paused behind b's load.
     # Ranked as if there, n2's copy would win (less GPU memory in use); it has all its bytes to move.
