@@ -270,9 +270,12 @@ class L2Cache:
         return obj
 
     def used(self, sha: str) -> None:
-        """The node served a request for the model whose weights are ``sha``, from whichever tier."""
+        """The node served a request for the model whose weights are ``sha``, from whichever tier: it
+        counts for admission, and a copy here becomes the most recently used (the file's mtime, the
+        order across processes and restarts, moves only when the copy is read)."""
         with self._uses_lock:
             self._uses.use(sha, self._clock())
+        self.cache.lookup(sha, use=True)
 
     def _admits(self, sha: str) -> Callable[[list[str]], bool]:
         def worth(victims: list[str]) -> bool:

@@ -325,3 +325,18 @@ def test_processes_sharing_a_cache_directory_share_its_budget(
     assert on_disk() <= budget
     assert {r.model for r in a.state().tiers[2].resident} <= {"s0", "s2", "s3"}  # s1 made room
     assert all(r.ok for r in b.verify())
+
+
+def test_a_model_served_from_memory_stays_recent_in_l2(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    size = catalog["m0"].size_bytes
+    executor = make_executor(catalog, l2_budget_bytes=2 * size + 10)
+    executor.ensure("m0", Tier.L0, demand=True)
+    executor.ensure("m1", Tier.L2)
+    with executor.acquire("m0"):  # a request served from GPU memory, L2 not read
+        pass
+    executor.ensure("m2", Tier.L2, demand=True)
+
+    resident = {r.model for r in executor.state().tiers[2].resident}
+    assert resident == {"m0", "m2"}  # m1 was the least recently used, though read from L2 later
