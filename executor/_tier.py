@@ -35,8 +35,8 @@ V = TypeVar("V")
 
 
 class NotAdmitted(CapacityError):
-    """A load that would pass through a full tier was not given a place there (``prewarm.admits``): the
-    copies it would drop are used more often. The load goes on past the tier; nothing was evicted."""
+    """A new entry was not given a place in a full tier (``prewarm.admits``): the entries it would evict
+    were used more often. Nothing was evicted; a load on its way to memory goes on past the tier."""
 
 
 def round_up(n: int, align: int = ALIGN) -> int:

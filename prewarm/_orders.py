@@ -19,7 +19,9 @@ closest copy and its target (``load_path``); the executor may hold less than tha
 device it reads L2 straight into L0; a model L1 cannot hold is staged to L0 through a small ring), never
 more, so a book kept by these rules never under-counts. A tier that must make room drops its least
 recently used ready, unpinned copies: they are dropped, not demoted, because tiers are inclusive — a copy
-in L0 or L1 was loaded through the tiers below it, which usually still hold it.
+in L0 or L1 was loaded through the tiers below it, which usually still hold it. Admission by use is the
+one rule the planner does not apply (it does not see a node's counts): a disk copy the executor declined
+stays in its book until the next report, an over-count, never an under-count.
 """
 
 from __future__ import annotations
