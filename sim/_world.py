@@ -111,11 +111,12 @@ class World:
         job = self._inbound.get(model)
         if job is None:
             job = self._route(model, at)
+        else:
+            self._touch(job.node, model, at)
         row = record.request(at, model, True, job.source) if counted else -1
         if counted:
             self.waiting += 1
         job.waiters.append((row, at))
-        self._touch(job.node, model, at)
         self._make_demand(job)
         return job.node.name
 
@@ -127,6 +128,9 @@ class World:
         node: every node can fetch from object storage, and sending every load to the node that happened
         to cache it first would leave the others idle."""
         node = self.router.choose(model, self.catalog[model].size_bytes)
+        # The request counts before its load asks the disk for room, as the executor counts a load on
+        # request before it loads (``prewarm.admits`` weighs the newcomer with it).
+        self._touch(node, model, at)
         job = self._job(node, model, Tier.L0, demand=True, order=None)
         self._start(job)
         return job
