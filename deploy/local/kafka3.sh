@@ -9,7 +9,7 @@
 #   kafka3.sh down DIR      stop every node of DIR still running (TERM, then KILL after 10 s)
 #   kafka3.sh jars          print the jar folder; exit 1 when `make stack-up` has not installed it
 #
-# Ports: node N listens on STACK_KAFKA3_PORT+N-1 (default 39192) and its controller on
+# Ports: node N listens on STACK_KAFKA3_PORT+N-1 (default 27192) and its controller on
 # STACK_KAFKA3_PORT+N+2. Start-up timeout: STACK_KAFKA3_TIMEOUT seconds (180).
 set -euo pipefail
 
@@ -40,7 +40,7 @@ source "$here/lib.sh"
 # shellcheck source=deploy/local/kafka.sh source-path=SCRIPTDIR
 source "$here/kafka.sh"
 
-BASE_PORT=${STACK_KAFKA3_PORT:-39192}
+BASE_PORT=${STACK_KAFKA3_PORT:-27192}
 TIMEOUT=${STACK_KAFKA3_TIMEOUT:-180}
 NODES=(1 2 3)
 

@@ -14,13 +14,15 @@ CACHE_DIR=${STACK_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/prewarm}
 PY="$REPO/.venv/bin/python"
 
 HOST=127.0.0.1
-# Non-default ports, so the stack never collides with a system PostgreSQL, a developer's Kafka, etc.
+# Non-default ports, so the stack never collides with a system PostgreSQL, a developer's Kafka, etc.,
+# and below Linux's ephemeral range (32768-60999 by default), where any outgoing connection may hold
+# one for a while: a service bound there found its port taken by a client now and then.
 # STACK_ rather than PREWARM_: the prewarm settings loader rejects unknown PREWARM_* variables.
-KAFKA_PORT=${STACK_KAFKA_PORT:-39092}
-KAFKA_CONTROLLER_PORT=${STACK_KAFKA_CONTROLLER_PORT:-39093}
-S3_PORT=${STACK_S3_PORT:-39000}
-PG_PORT=${STACK_PG_PORT:-35432}
-MLFLOW_PORT=${STACK_MLFLOW_PORT:-35000}
+KAFKA_PORT=${STACK_KAFKA_PORT:-27092}
+KAFKA_CONTROLLER_PORT=${STACK_KAFKA_CONTROLLER_PORT:-27093}
+S3_PORT=${STACK_S3_PORT:-27900}
+PG_PORT=${STACK_PG_PORT:-25432}
+MLFLOW_PORT=${STACK_MLFLOW_PORT:-25000}
 
 S3_ACCESS_KEY=${STACK_S3_ACCESS_KEY:-prewarm}
 S3_SECRET_KEY=${STACK_S3_SECRET_KEY:-prewarmsecret}

@@ -7,8 +7,8 @@
 #   stack.sh down [SERVICE...]   stop what this stack started (every service by default)
 #   stack.sh status              one line per service
 #
-# Services: postgres, s3, kafka, mlflow. Ports: STACK_KAFKA_PORT (39092), STACK_KAFKA_CONTROLLER_PORT
-# (39093), STACK_S3_PORT (39000), STACK_PG_PORT (35432), STACK_MLFLOW_PORT (35000). Start-up timeouts in
+# Services: postgres, s3, kafka, mlflow. Ports: STACK_KAFKA_PORT (27092), STACK_KAFKA_CONTROLLER_PORT
+# (27093), STACK_S3_PORT (27900), STACK_PG_PORT (25432), STACK_MLFLOW_PORT (25000). Start-up timeouts in
 # seconds: STACK_KAFKA_TIMEOUT, STACK_S3_TIMEOUT, STACK_PG_TIMEOUT, STACK_MLFLOW_TIMEOUT. Installs (Kafka
 # jars, the versitygw build) are cached under ~/.cache/prewarm (STACK_CACHE_DIR).
 set -euo pipefail
