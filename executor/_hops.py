@@ -71,6 +71,7 @@ from prewarm import (
     StorageError,
     Tier,
     get_logger,
+    weighed,
 )
 
 __all__ = ["Loader"]
@@ -282,7 +283,7 @@ class Loader:
                             store,
                             spec,
                             self.l2,
-                            weigh=_weighed(tier, demand, streamable=self._streams(spec, tier)),
+                            weigh=weighed(tier, demand, streamable=self._streams(spec, tier)),
                             pool=self._net_pool,
                             part_bytes=self.s3_settings.s3_part_bytes,
                             window=2 * self.s3_settings.s3_concurrency,
@@ -309,7 +310,7 @@ class Loader:
         memory anyway (``streamable``): then it streams past L2 (counted and logged as a bypass)."""
         assert spec.sha256 is not None
         name = spec.weight_files()[0].path
-        weigh = _weighed(tier, demand, streamable=streamable)
+        weigh = weighed(tier, demand, streamable=streamable)
         try:
             return self.l2.begin(
                 spec.sha256, size, model=spec.id, version=spec.version, name=name, weigh=weigh
@@ -326,10 +327,8 @@ class Loader:
             return None
 
     def _streams(self, spec: ModelSpec, tier: Tier) -> bool:
-        """Whether a checkpoint on its way to ``tier`` can stream past L2 (``CheckpointStream``): to L1,
-        or to L0 straight into the buffer (the CPU device) or through an L1 block big enough to hold it."""
-        if tier is Tier.L2:
-            return False
+        """Whether a checkpoint on its way to ``tier`` (L1 or L0) can stream past L2 (``CheckpointStream``):
+        to L1, or to L0 straight into the buffer (the CPU device) or through an L1 block that can hold it."""
         return tier is Tier.L1 or self._direct_l0 or spec.size_bytes <= self.l1.cache.capacity
 
     def _download_targets(
@@ -559,7 +558,7 @@ class Loader:
                     spec.size_bytes,
                     model=spec.id,
                     version=spec.version,
-                    weigh=_weighed(Tier.L2, demand, streamable=False),
+                    weigh=weighed(Tier.L2, demand),
                 )
                 hop = f"{source.value}->L2"
                 with hops.hop(hop), self._gates["L3->L2"].transfer(lambda: False) as transfer:
@@ -588,10 +587,3 @@ class Loader:
             if store is None:
                 store = self._stores[scheme] = open_store(uri, self.s3_settings)
             return store
-
-
-def _weighed(tier: Tier, demand: bool, *, streamable: bool) -> bool:
-    """Whether a new L2 copy for a load to ``tier`` must win its place against the copies it would evict
-    (``prewarm.admits``; ``L2Cache.begin``'s ``weigh``): every one but a copy that must be made, i.e. one
-    a load to memory cannot do without (not ``streamable``) or one a request waits for in L2 itself."""
-    return not demand if tier is Tier.L2 else streamable

@@ -54,6 +54,7 @@ from prewarm._orders import (
     gpu_shards,
     load_path,
     lru_victims,
+    weighed,
 )
 from prewarm._schemas import (
     CACHE_TIERS,
@@ -179,4 +180,5 @@ __all__ = [
     "register_scheme",
     "render_metrics",
     "validate_model_id",
+    "weighed",
 ]

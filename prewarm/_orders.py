@@ -6,8 +6,8 @@ Five rules, each pure and each called by every party that needs it:
   another node, not one past its deadline, not one for a model or version its catalog does not hold;
 - **effect** (``effect``): which tiers gain a copy of the model and which lose theirs;
 - **LRU victims** (``lru_victims``): which residents a full tier gives up when a load needs room;
-- **admission by use** (``admits``, over ``UseCounts``): whether a new copy takes a place in a full disk
-  at all (a load on its way to memory streams past it when not);
+- **admission by use** (``admits``, over ``UseCounts``, for the copies ``weighed`` says): whether a new
+  copy takes a place in a full disk at all (a load on its way to memory streams past it when not);
 - **GPU placement** (``gpu_shards``, ``gpu_placement``): how many GPUs of a node a model takes and which.
 
 The executor carries orders out by these rules; the planner books the orders it has published but not yet
@@ -50,6 +50,7 @@ __all__ = [
     "gpu_shards",
     "load_path",
     "lru_victims",
+    "weighed",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -256,6 +257,14 @@ def admits(newcomer: K, victims: Iterable[K], uses: UseCounts[K], at: float) -> 
     """
     mine = uses.count(newcomer, at)
     return all(uses.count(victim, at) <= mine for victim in victims)
+
+
+def weighed(target: Tier, demand: bool, *, streamable: bool = True) -> bool:
+    """Whether a new disk copy made for a load to ``target`` must win its place there (``admits``): every
+    one but a copy that must be made, i.e. one a request waits for in the disk itself (``target`` L2 and
+    ``demand``) or one a load to memory cannot do without (not ``streamable``: a model host memory cannot
+    hold, on its way to a CUDA GPU)."""
+    return not demand if target is Tier.L2 else streamable
 
 
 # ------------------------------------------------------------------ GPU placement

@@ -35,6 +35,7 @@ from prewarm import (
     admit,
     admits,
     lru_victims,
+    weighed,
 )
 from scheduler import Cluster
 from sim._links import Clock
@@ -343,10 +344,9 @@ class World:
             chosen = [] if job.size <= free else lru_victims(node.copies[tier].values(), job.size, free)
             if chosen is None:
                 return None
-            # The executor weighs every new disk copy but one a request waits for in the disk itself
-            # (``prewarm.admits``): declined, a load to memory streams past, and an order fails.
-            weighed = tier is Tier.L2 and (job.target is not Tier.L2 or not job.demand)
-            if chosen and weighed and not admits(job.model, chosen, node.uses, self.clock.now):
+            # Declined (``prewarm.admits``), a load to memory streams past the disk and an order fails.
+            weigh = tier is Tier.L2 and weighed(job.target, job.demand)
+            if chosen and weigh and not admits(job.model, chosen, node.uses, self.clock.now):
                 return None
             gpus, victims = (), chosen
         for model in victims:

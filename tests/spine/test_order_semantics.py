@@ -27,6 +27,7 @@ from prewarm import (
     gpu_shards,
     load_path,
     lru_victims,
+    weighed,
 )
 
 NOW = 1_000_000.0
@@ -172,6 +173,14 @@ def test_a_load_through_a_full_tier_is_admitted_only_if_no_victim_was_used_more_
     # A day later the five uses count for less than one use of the newcomer now.
     uses.use("newcomer", NOW + 86_400)
     assert admits("newcomer", ["busy"], uses, NOW + 86_400)
+
+
+def test_every_new_disk_copy_is_weighed_but_one_that_must_be_made() -> None:
+    assert weighed(Tier.L0, demand=True)  # on its way to memory
+    assert weighed(Tier.L1, demand=False)
+    assert weighed(Tier.L2, demand=False)  # a prefetch or demotion into the disk
+    assert not weighed(Tier.L2, demand=True)  # a request waits for that disk copy
+    assert not weighed(Tier.L0, demand=True, streamable=False)  # memory cannot be reached without it
 
 
 @given(

@@ -210,6 +210,7 @@ PINNED = {
         "register_scheme",
         "render_metrics",
         "validate_model_id",
+        "weighed",
     ],
     "scheduler": [
         "Cluster",
