@@ -265,9 +265,9 @@ def catalog_for(
     )
 
 
-def tight_cluster() -> Cluster:
-    """Two nodes of 2 × 80 GB GPUs, 256 GB of pinned host cache and 2 TB of NVMe: a few hundred GB of
-    GPU memory against about a terabyte of weights, so every policy has to choose."""
+def tight_cluster(disk: str = "2TB") -> Cluster:
+    """Two nodes of 2 × 80 GB GPUs, 256 GB of pinned host cache and ``disk`` of NVMe: a few hundred GB
+    of GPU memory against about a terabyte of weights, so every policy has to choose."""
     return Cluster.from_data(
         {
             "nodes": [
@@ -275,7 +275,7 @@ def tight_cluster() -> Cluster:
                     "name": f"gpu-{k}",
                     "gpus": [{"memory_bytes": "80GB"}] * 2,
                     "host_cache_bytes": "256GB",
-                    "disk_cache_bytes": "2TB",
+                    "disk_cache_bytes": disk,
                 }
                 for k in range(2)
             ],

@@ -2,8 +2,9 @@
 
 Each case is a trace (``timestamp,model``), a catalog whose sizes span 140 × (1 GB to 140 GB of FP16
 weights), two clusters — ``tight`` (2 nodes of 2 × 80 GB GPUs, 256 GB host cache and 2 TB NVMe each,
-against about a terabyte of weights) and ``roomy`` (every model in GPU memory at once) — the business
-hints where the case has any, and the split into a training span and a simulated window.
+against about a terabyte of weights; ``rotation``'s disks are 1 TB) and ``roomy`` (every model in GPU
+memory at once) — the business hints where the case has any, and the split into a training span and a
+simulated window.
 
 Tune cases (a policy's knobs may be chosen on these):
 
@@ -14,7 +15,10 @@ Tune cases (a policy's knobs may be chosen on these):
 - ``hinted``: session traffic announced by product-page hints, with false alarms and unhinted sessions;
 - ``zipf_onoff``: a generator unlike the others (popularity by rank, a shape per model drawn at random,
   on/off bursts), the heaviest load on the tight cluster; added after a planner rule was chosen on
-  traffic of its kind, so it tunes and never judges.
+  traffic of its kind, so it tunes and never judges;
+- ``rotation``: a catalogue three times the size of a node's disk (1 TB here), with projects used for
+  a day or two each and then never again, so that disks must choose which copies to keep (every other
+  case's catalogue fits on one node's disk).
 
 Judge cases (held back; a result counts when it holds here too):
 
@@ -128,6 +132,7 @@ def _case(
     hints: Sequence[Hint] = (),
     sizes_gb: Mapping[str, float] | None = None,
     pool_gb: Sequence[float] | None = None,
+    disk: str = "2TB",
 ) -> Case:
     frame = ev.frame()
     catalog = catalog_for(ev.models, ev.rng, sizes_gb, pool_gb)
@@ -137,7 +142,7 @@ def _case(
         description=description,
         events=frame,
         catalog=catalog,
-        clusters={"tight": tight_cluster(), "roomy": roomy_cluster(catalog)},
+        clusters={"tight": tight_cluster(disk), "roomy": roomy_cluster(catalog)},
         hints=tuple(sorted(hints, key=lambda h: (h.received_at or 0.0, h.model))),
         train_days=train_days,
         sim_hours=sim_hours,
@@ -585,6 +590,42 @@ def _zipf_onoff(rng: np.random.Generator) -> Case:
     )
 
 
+def _rotation(rng: np.random.Generator) -> Case:
+    # A catalogue three times the size of a node's disk. 24 steady models, and 60 project models each
+    # in use on one run of 1-2 days (a fine-tune under evaluation, a customer's batch job) at its own
+    # rate, then never again: every day brings models the disks have not held, and the copies they
+    # must displace served the projects before. Runs start on any day, the simulated window's
+    # included, so some projects there have no history at all.
+    clock = _clock(_WED, 5, 48)
+    ev = Events(clock, rng)
+    steady = _fleet_names("bg", 24)
+    fleet(ev, steady)
+    days = round((clock.end - clock.start) / DAY)
+    projects = _fleet_names("proj", 60)
+    for model in projects:
+        first = int(rng.integers(0, days))
+        length = int(rng.integers(1, 3))
+        per_day = float(10 ** rng.uniform(1.5, 3.0))
+        peak = float(rng.normal(13.0, 3.0)) % 24.0
+        active = (clock.day >= first) & (clock.day < first + length)
+        rate = per_day / 1440.0 * diurnal(clock, peak, 0.7) * active
+        note = f"{per_day:.3g}/day on days {first}-{first + length - 1}, peak {peak:.1f} h"
+        ev.poisson(model, rate, ModelTruth("project", at=clock.at(first, 0.0), note=note))
+    n = len(steady) + len(projects)
+    return _case(
+        "rotation",
+        "tune",
+        "24 steady models and 60 projects, each used on one run of 1-2 days and never again, a "
+        "catalogue of about 3 TB on the tight cluster with 1 TB of disk per node: the disks must "
+        "choose which copies to keep, every day",
+        ev,
+        train_days=5,
+        sim_hours=48,
+        pool_gb=[SIZE_LADDER_GB[i % 9] for i in range(n)],
+        disk="1TB",
+    )
+
+
 _BUILDERS: dict[str, Callable[[np.random.Generator], Case]] = {
     "azure_mix": _azure_mix,
     "azure_samples": _azure_samples,
@@ -597,6 +638,7 @@ _BUILDERS: dict[str, Callable[[np.random.Generator], Case]] = {
     "hinted": _hinted,
     "memoryless": _memoryless,
     "zipf_onoff": _zipf_onoff,
+    "rotation": _rotation,
 }
 SUITE_CASES: tuple[str, ...] = tuple(_BUILDERS)
 

@@ -81,6 +81,33 @@ def test_names_pick_cases_in_the_order_given_and_unknown_names_are_refused() -> 
         suite(["no_such_case"])
 
 
+def test_only_rotation_has_a_catalogue_that_no_node_s_disk_holds(cases: dict[str, Case]) -> None:
+    for case in cases.values():
+        weights = sum(spec.size_bytes for spec in case.catalog)
+        disk = case.clusters["tight"].nodes[0].disk_cache_bytes
+        if case.name == "rotation":
+            assert weights >= 2.5 * disk
+        else:
+            assert weights <= disk, case.name
+
+
+def test_rotation_uses_each_project_on_one_run_of_consecutive_days_and_never_again(
+    cases: dict[str, Case],
+) -> None:
+    case = cases["rotation"]
+    events = case.events
+    day = ((events["timestamp"] - case.start) // 86400).astype(int)
+    projects = [m for m, t in case.truth.items() if t.kind == "project"]
+    assert len(projects) == 60
+    for model in projects:
+        days = sorted(set(day[events["model"] == model]))
+        assert days == list(range(days[0], days[-1] + 1)), model
+        assert len(days) <= 2, model
+    window = events[events["timestamp"] >= case.cut]
+    first_seen = events.groupby("model")["timestamp"].min()
+    assert (first_seen[window["model"].unique()] >= case.cut).sum() >= 5  # projects with no history at all
+
+
 def test_tune_and_judge_split_is_the_one_the_module_documents(cases: dict[str, Case]) -> None:
     doc = suite_module.__doc__ or ""
     tune_doc, judge_doc = doc.split("Tune cases")[1].split("Judge cases")
@@ -137,7 +164,8 @@ def test_tight_cluster_holds_a_fraction_of_the_weights(cases: dict[str, Case]) -
         assert [n.name for n in tight.nodes] == ["gpu-0", "gpu-1"]
         for node in tight.nodes:
             assert [g.memory_bytes for g in node.gpus] == [80 * GB, 80 * GB]
-            assert (node.host_cache_bytes, node.disk_cache_bytes) == (256 * GB, 2000 * GB)
+            disk = 1000 * GB if case.name == "rotation" else 2000 * GB
+            assert (node.host_cache_bytes, node.disk_cache_bytes) == (256 * GB, disk)
         bw = tight.bandwidth
         assert (bw.l3_bytes_per_s, bw.l2_bytes_per_s, bw.l1_bytes_per_s) == (1e9, 7e9, 50e9)
         weights = sum(spec.size_bytes for spec in case.catalog)
