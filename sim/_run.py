@@ -287,11 +287,17 @@ def fit_forecasts(
 ) -> ForecastSource:
     """The forecaster fitted on the requests of ``events`` before ``cut``, answering with forecasts
     conditioned on what it observes after training (``forecaster.LiveForecasts``). ``run_policies``
-    gives each policy its own copy, so what one policy observes never leaks into another's run."""
+    gives each policy its own copy, so what one policy observes never leaks into another's run.
+
+    Only models requested before ``cut`` are trained on, as a platform's retrain knows only the models
+    its demand store has seen: a model first requested after the cut is one the live forecaster meets
+    as it is observed. (Trained on with a span of nothing but zeros, such a model was forecast a rate
+    of 0 that its first requests took hours to lift.)"""
     from forecaster import History, LiveForecasts, SelectionConfig, fit_bundle
 
     history = History.from_events(events)
     train, _ = history.split(cut)
+    train = train.select(np.flatnonzero(train.counts.sum(axis=1) > 0))
     config = SelectionConfig(families=tuple(families)) if families else None
     bundle = fit_bundle(
         train, config, bucket_s=settings.forecast.bucket_s, horizon_s=settings.forecast.horizon_s

@@ -159,3 +159,24 @@ def test_prewarm_beats_the_reactive_baseline_on_a_synthetic_day() -> None:
     assert prewarm.wait_p99_s <= reactive.wait_p99_s
     assert prewarm.mispredictions <= 0.3 * max(prewarm.prefetches, 1)
     assert prewarm.over_commit_bytes == 0
+
+
+def test_a_model_first_requested_after_the_cut_is_met_by_the_live_forecaster_not_trained_at_rate_0() -> None:
+    import pandas as pd
+
+    from prewarm import load_settings
+    from sim import fit_forecasts
+
+    start, day = 1_709_510_400.0, 86_400.0
+    old = start + np.arange(0.0, 3 * day, 300.0)  # every 5 minutes for three days
+    new = start + 3 * day + np.arange(3600.0, 7200.0, 120.0)  # from an hour after the cut on
+    events = pd.DataFrame(
+        {"timestamp": np.concatenate([old, new]), "model": ["old"] * old.size + ["new"] * new.size}
+    )
+    cut = start + 3 * day
+    source = fit_forecasts(events, load_settings(), cut=cut)
+    assert source.bundle.models == ["old"]  # the future's names do not reach the retrain
+    for at in new[:3]:
+        source.observe("new", float(at))
+    forecast = source(float(new[2]) + 1.0)["new"]
+    assert forecast.p_window(new[2] + 1.0, new[2] + 601.0) > 0.5  # a request every 2 minutes, seen
