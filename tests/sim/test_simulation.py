@@ -3,11 +3,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import numpy as np
+import pandas as pd
 
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec
+from prewarm import load_settings
 from scheduler import Cluster, PlannerConfig
-from sim import PrewarmPolicy, ReactivePolicy, SimMetrics, World, simulate
+from sim import PrewarmPolicy, ReactivePolicy, SimMetrics, World, fit_forecasts, simulate
 
 GB = 10**9
 DAY0 = 1_704_067_200.0  # Monday 00:00 UTC
@@ -162,11 +164,6 @@ def test_prewarm_beats_the_reactive_baseline_on_a_synthetic_day() -> None:
 
 
 def test_a_model_first_requested_after_the_cut_is_met_by_the_live_forecaster_not_trained_at_rate_0() -> None:
-    import pandas as pd
-
-    from prewarm import load_settings
-    from sim import fit_forecasts
-
     start, day = 1_709_510_400.0, 86_400.0
     old = start + np.arange(0.0, 3 * day, 300.0)  # every 5 minutes for three days
     new = start + 3 * day + np.arange(3600.0, 7200.0, 120.0)  # from an hour after the cut on
