@@ -39,9 +39,10 @@ size to decide.
 
 Hysteresis keeps the plan from thrashing: a resident is only demoted to make room when it is worth less
 than the newcomer (which also pays ``miss``, a resident does not) and was neither loaded nor used within
-``min_residence_s``. A prefetched copy not used yet makes room for a waiting request only, never for
-another speculative copy: displaced unused it would be a misprediction for certain, and the
-misprediction rule judges it when its window has passed.
+``min_residence_s``. A prefetched copy not used yet, and a disk copy no load has read since it was
+downloaded, make room for a waiting request only, never for another speculative copy: displaced unused
+it would be a misprediction for certain, and the misprediction rule judges it when its window has
+passed (a disk copy, the executor's LRU when a load on request needs the room).
 
 Order ids are a digest of (node, model, version, action, tier, time bucket of the reason), so the same
 decision taken in two rounds, or by two scheduler replicas, has the same id and is applied once.

@@ -602,3 +602,42 @@ def test_the_node_chosen_between_equally_loaded_ones_does_not_depend_on_string_h
     outputs = {run.communicate(timeout=120)[0] for run in runs}
     assert all(run.returncode == 0 for run in runs)
     assert len(outputs) == 1, outputs
+
+
+def full_disk(last_used: float | None) -> tuple[Catalog, ClusterState]:
+    """Node a's 300 GB disk holds "old" (250 GB, downloaded an hour ago; read at ``last_used``, or never);
+    "next" (60 GB) is not on the node."""
+    old = resident("old", 250 * GB, loaded_at=NOW - 3600, last_used=last_used)
+    capacity = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 300 * GB}
+    world = ClusterState.merge(cluster("a"), {"a": report("a", {Tier.L2: [old]}, capacity=capacity)})
+    return catalog(spec("old", 250 * GB), spec("next", 60 * GB)), world
+
+
+def _disk_moves(orders: list[Order]) -> list[tuple[str, OrderAction, Tier]]:
+    return [(o.model, o.action, o.tier) for o in orders]
+
+
+def test_a_disk_copy_never_read_since_it_was_downloaded_is_not_evicted_for_a_guess() -> None:
+    # Left alone it may still serve the request it was staged for; evicted for another guess, both are
+    # downloads no request may ever read (the rotation case: 8,349 stagings in 48 h, 89 % never read).
+    cat, world = full_disk(last_used=None)
+    forecasts = {"next": surge_forecast("next", NOW + 600, p=0.99)}
+    assert plan(NOW, forecasts, [], cat, world, CONFIG) == []
+
+
+def test_a_disk_copy_read_before_makes_room_for_a_likely_guess() -> None:
+    cat, world = full_disk(last_used=NOW - 3000)
+    forecasts = {"next": surge_forecast("next", NOW + 600, p=0.99)}
+    assert _disk_moves(plan(NOW, forecasts, [], cat, world, CONFIG)) == [
+        ("old", OrderAction.EVICT, Tier.L2),
+        ("next", OrderAction.PREFETCH, Tier.L0),
+    ]
+
+
+def test_a_waiting_request_evicts_a_disk_copy_never_read() -> None:
+    cat, world = full_disk(last_used=None)
+    waiting = [hint("next", source=DEMAND_SOURCE)]
+    assert _disk_moves(plan(NOW, {}, waiting, cat, world, CONFIG)) == [
+        ("old", OrderAction.EVICT, Tier.L2),
+        ("next", OrderAction.PREFETCH, Tier.L0),
+    ]
