@@ -139,7 +139,10 @@ class Loader:
                 self._waiting_demands[key] = self._waiting_demands.get(key, 0) + 1
         try:
             with lock:
-                return self._load(spec, tier, demand, tuple(gpus))
+                result = self._load(spec, tier, demand, tuple(gpus))
+            if demand and spec.sha256 is not None:
+                self.l2.touch(spec.sha256)  # a disk copy this load made served the request (as in sim)
+            return result
         finally:
             if demand:
                 with self._lock:

@@ -275,6 +275,11 @@ class L2Cache:
         order across processes and restarts, moves only when the copy is read)."""
         with self._uses_lock:
             self._uses.use(sha, self._clock())
+        self.touch(sha)
+
+    def touch(self, sha: str) -> None:
+        """A request used the copy here, if there is one: it is reported used (``last_used``), which the
+        planner reads to tell a disk copy a request used from one staged on a guess and never read."""
         self.cache.lookup(sha, use=True)
 
     def _admits(self, sha: str) -> Callable[[list[str]], bool]:

@@ -340,3 +340,14 @@ def test_a_model_served_from_memory_stays_recent_in_l2(
 
     resident = {r.model for r in executor.state().tiers[2].resident}
     assert resident == {"m0", "m2"}  # m1 was the least recently used, though read from L2 later
+
+
+def test_a_disk_copy_a_request_downloaded_is_reported_used_and_one_staged_on_a_guess_is_not(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    executor = make_executor(catalog)
+    executor.ensure("m0", Tier.L1, demand=True)
+    executor.ensure("m1", Tier.L2)
+    disk = {r.model: r for r in executor.state().tiers[2].resident}
+    assert disk["m0"].last_used is not None  # the planner may displace it for a guess
+    assert disk["m1"].last_used is None  # a guess no load has read: displaced for a request only
