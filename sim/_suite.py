@@ -63,7 +63,6 @@ from prewarm import Hint, InvalidInput
 from scheduler import Cluster
 from sim._generators import (
     DAY,
-    SIZE_LADDER_GB,
     Clock,
     Events,
     ModelTruth,
@@ -528,7 +527,6 @@ def _memoryless(rng: np.random.Generator) -> Case:
         ev,
         train_days=7,
         sim_hours=48,
-        pool_gb=[SIZE_LADDER_GB[i % 9] for i in range(30)],
     )
 
 
@@ -586,7 +584,6 @@ def _zipf_onoff(rng: np.random.Generator) -> Case:
         ev,
         train_days=6,
         sim_hours=48,
-        pool_gb=[SIZE_LADDER_GB[i % 9] for i in range(n)],
     )
 
 
@@ -611,7 +608,6 @@ def _rotation(rng: np.random.Generator) -> Case:
         rate = per_day / 1440.0 * diurnal(clock, peak, 0.7) * active
         note = f"{per_day:.3g}/day on days {first}-{first + length - 1}, peak {peak:.1f} h"
         ev.poisson(model, rate, ModelTruth("project", at=clock.at(first, 0.0), note=note))
-    n = len(steady) + len(projects)
     return _case(
         "rotation",
         "tune",
@@ -621,7 +617,6 @@ def _rotation(rng: np.random.Generator) -> Case:
         ev,
         train_days=5,
         sim_hours=48,
-        pool_gb=[SIZE_LADDER_GB[i % 9] for i in range(n)],
         disk="1TB",
     )
 
