@@ -141,7 +141,7 @@ class Loader:
             with lock:
                 result = self._load(spec, tier, demand, tuple(gpus))
             if demand and spec.sha256 is not None:
-                self.l2.touch(spec.sha256)  # a disk copy this load made served the request (as in sim)
+                self.l2.touch(spec.sha256)  # the disk copy, made now or before, served the request
             return result
         finally:
             if demand:

@@ -270,16 +270,16 @@ class L2Cache:
         return obj
 
     def used(self, sha: str) -> None:
-        """The node served a request for the model whose weights are ``sha``, from whichever tier: it
-        counts for admission, and a copy here becomes the most recently used (the file's mtime, the
-        order across processes and restarts, moves only when the copy is read)."""
+        """The node is serving a request for the model whose weights are ``sha``, from whichever tier: it
+        counts for admission. Called before the request's load, which the count weighs (``touch`` after)."""
         with self._uses_lock:
             self._uses.use(sha, self._clock())
-        self.touch(sha)
 
     def touch(self, sha: str) -> None:
-        """A request used the copy here, if there is one: it is reported used (``last_used``), which the
-        planner reads to tell a disk copy a request used from one staged on a guess and never read."""
+        """A request was served from whichever tier: the copy here, if there is one (the load may just
+        have made it), becomes the most recently used and is reported used (``last_used``), which the
+        planner reads to tell a disk copy a request used from one staged on a guess and never read. The
+        file's mtime, the order across processes and restarts, moves only when the copy is read."""
         self.cache.lookup(sha, use=True)
 
     def _admits(self, sha: str) -> Callable[[list[str]], bool]:
