@@ -122,11 +122,28 @@ def flat_forecast(
     )
 
 
+def steady_forecast(
+    model: str, per_minute: float, *, start: float = NOW, buckets: int = 120, bucket_s: int = 60
+) -> ModelForecast:
+    """``per_minute`` requests a minute on average, as a Poisson process."""
+    expected = np.full(buckets, per_minute * bucket_s / 60.0)
+    return ModelForecast(
+        model=model,
+        start=start,
+        bucket_s=bucket_s,
+        expected=expected,
+        p_any=-np.expm1(-expected),
+        family="test",
+    )
+
+
 def surge_forecast(
     model: str, surge_at: float, *, start: float = NOW, buckets: int = 120, bucket_s: int = 60, p: float = 0.9
 ) -> ModelForecast:
+    """No request before ``surge_at``; from then on a chance ``p`` of one in each bucket, from a Poisson
+    count (whose mean is ``-ln(1 - p)``)."""
     times = start + bucket_s * np.arange(buckets)
     probs = np.where(times >= surge_at, p, 0.0)
     return ModelForecast(
-        model=model, start=start, bucket_s=bucket_s, expected=probs * 3, p_any=probs, family="test"
+        model=model, start=start, bucket_s=bucket_s, expected=-np.log1p(-probs), p_any=probs, family="test"
     )
