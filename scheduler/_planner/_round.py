@@ -19,7 +19,7 @@ from scheduler._planner._eviction import _cooldowns, _demote_mispredictions, _re
 from scheduler._planner._incremental import _incremental, _Kept, _pending_keys, _plan_of
 from scheduler._planner._memo import PlannerMemo
 from scheduler._planner._placement import _best_candidate, _Candidate, _payers, _place_all
-from scheduler._planner._value import _model_weights, _Valuer
+from scheduler._planner._value import _model_rates, _model_weights, _Valuer
 from scheduler._planner._wants import _wants
 
 
@@ -124,7 +124,9 @@ def _full_round(
     memo: PlannerMemo,
     commit_by: float | None,
 ) -> Plan:
-    valuer = _Valuer(config, memo.hops, _model_weights(now, forecasts, config))
+    valuer = _Valuer(
+        config, memo.hops, _model_weights(now, forecasts, config), _model_rates(now, forecasts, config)
+    )
     # Gains are a bound over the nodes' link rates: one node of each set of rates says the same.
     nodes = list({n.hop_rates: n for n in cluster.nodes.values()}.values())
     signalled = {*forecasts, *(h.model for h in hints)}

@@ -54,16 +54,41 @@ def _model_weights(
     return out
 
 
+_QUEUE_RATE_FLOOR = 1e-4
+"""Requests per second (one in ~3 hours) below which none are counted queueing behind a load: what
+they add to a 700-second download (140 GB at 0.2 GB/s) is under 4 %."""
+
+
+def _model_rates(
+    now: float, forecasts: Mapping[str, ModelForecast], config: PlannerConfig
+) -> dict[str, float]:
+    """Each forecast model's expected requests per second over the coming horizon, for the requests that
+    queue behind a load (``_Valuer.saved``): on a grid of eight steps an octave, so that the valuer's
+    memos still serve models alike, and none below ``_QUEUE_RATE_FLOOR``."""
+    end = now + config.horizon_s
+    out = {}
+    for model, forecast in forecasts.items():
+        rate = forecast.expected_in(now, end) / config.horizon_s
+        if rate >= _QUEUE_RATE_FLOOR:
+            out[model] = 2.0 ** (round(8.0 * math.log2(rate)) / 8.0)
+    return out
+
+
 class _Valuer:
     """Values tiers under one config, with hop times from ``hops``; ``weights`` scales what a model's
     requests are worth (``_model_weights``; 1 for a model it does not name) on top of its priority."""
 
     def __init__(
-        self, config: PlannerConfig, hops: _HopTimes, weights: Mapping[str, float] | None = None
+        self,
+        config: PlannerConfig,
+        hops: _HopTimes,
+        weights: Mapping[str, float] | None = None,
+        rates: Mapping[str, float] | None = None,
     ) -> None:
         self.config = config
         self._hops = hops
         self._weights = weights or {}
+        self._rates = rates or {}
         # Figures that depend on the link rates, the size and the weight alone, which repeat across
         # models: by those and what else they take (a round asks for one per model or per resident).
         self._gains: dict[tuple[object, ...], dict[Tier, float]] = {}
@@ -93,14 +118,16 @@ class _Valuer:
         """Per tier, the most a certain request could be worth: waiting saved from L3 on the slowest node,
         and in L0 the cold start itself. (The same dict for models alike: not to be changed.)"""
         weight = self.weight(spec)
-        key = (spec.size_bytes, weight, *(n.hop_rates for n in nodes))
+        rate = self._rate(spec)
+        key = (spec.size_bytes, weight, rate, *(n.hop_rates for n in nodes))
         gains = self._gains.get(key)
         if gains is None:
             gains = self._gains[key] = {
                 tier: weight
-                * (
-                    max((self.raw_lead(n, spec.size_bytes, Tier.L3, tier) for n in nodes), default=0.0)
-                    + self._cold_start(tier)
+                * self._queued(
+                    max((self.raw_lead(n, spec.size_bytes, Tier.L3, tier) for n in nodes), default=0.0),
+                    tier,
+                    rate,
                 )
                 for tier in CACHE_TIERS
             }
@@ -108,11 +135,25 @@ class _Valuer:
 
     def saved(self, spec: ModelSpec, node: NodeState, frm: Tier, to: Tier) -> float:
         """Weighted seconds a request saves by finding ``spec`` in ``to`` rather than in ``frm``: the
-        transfer, and, when ``to`` is GPU memory, the cold start itself."""
+        transfer, and, when ``to`` is GPU memory, the cold start itself; for the requests that queue
+        behind that transfer too (``_queued``)."""
         if to.level >= frm.level:
             return 0.0
         lead = self.raw_lead(node, spec.size_bytes, frm, to)
-        return self.weight(spec) * (lead + self._cold_start(to))
+        return self.weight(spec) * self._queued(lead, to, self._rate(spec))
+
+    def _rate(self, spec: ModelSpec) -> float:
+        """Requests per second that ``_queued`` counts behind a load of ``spec`` (``_model_rates``)."""
+        return self._rates.get(spec.id, 0.0)
+
+    def _queued(self, lead: float, to: Tier, rate: float) -> float:
+        """Seconds waited, and cold starts, that a copy ``lead`` seconds closer saves: the request's own,
+        and those of the ``rate × lead`` requests that arrive while it loads and wait for the same load
+        (half of it, on average). Valued as one request's wait, a busy model's disk copy was worth less
+        than a guess about a larger, rarer model and was evicted for it; its next load came from object
+        storage, minutes long, with hundreds of requests queued behind it (azure_mix-like traces,
+        docs/benchmarks.md)."""
+        return lead * (1.0 + rate * lead / 2.0) + self._cold_start(to) * (1.0 + rate * lead)
 
     def _cold_start(self, tier: Tier) -> float:
         # Only a copy in GPU memory avoids the cold start; one in host memory shortens it.
@@ -153,7 +194,8 @@ class _Valuer:
         """Per tier closer than ``frm``: what a copy there saves a request on ``node`` (``saved``) and
         what a wrong guess that moved it there wastes (``wasted``). With them a candidate's wants are
         bounded as ``net`` computes it. (The same dicts for models alike.)"""
-        key = (node.hop_rates, node.staging_busy, frm, spec.size_bytes, self.weight(spec))
+        rate = self._rate(spec)
+        key = (node.hop_rates, node.staging_busy, frm, spec.size_bytes, self.weight(spec), rate)
         kept = self._figures.get(key)
         if kept is None:
             tiers = [t for t in CACHE_TIERS if t.level < frm.level]
@@ -181,7 +223,8 @@ class _Valuer:
             return 0.0
         # ``net(..., move=False)`` of each want, with what does not depend on the want computed once
         # per model alike (a round values every resident: this was a fifth of a round at 10,000 models).
-        key = (node.hop_rates, tier, spec.size_bytes, self.weight(spec))
+        rate = self._rate(spec)
+        key = (node.hop_rates, tier, spec.size_bytes, self.weight(spec), rate)
         figures = self._keeps.get(key)
         if figures is None:
             frm = tier.farther()
