@@ -1,10 +1,10 @@
 """What a tier is worth: seconds of waiting a copy there saves, what holding it costs, and when a
 prefetch must start to be there in time.
 
-Everything here is a function of the config, the node's measured bandwidth and the model; the only state
-is memos: of hop times (``_HopTimes``), which a ``PlannerMemo`` keeps between rounds, and, in a
-``_Valuer``, of the figures that depend on link rates, size and weight alone, which repeat across models
-(a round's valuer, kept for the incremental rounds after it).
+Everything here is a function of the config, the node's measured bandwidth, the model and its forecast
+rate; the only state is memos: of hop times (``_HopTimes``), which a ``PlannerMemo`` keeps between
+rounds, and, in a ``_Valuer``, of the figures that depend on link rates, size, weight and request rate
+alone, which repeat across models (a round's valuer, kept for the incremental rounds after it).
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def _model_rates(
 
 class _Valuer:
     """Values tiers under one config, with hop times from ``hops``; ``weights`` scales what a model's
-    requests are worth (``_model_weights``; 1 for a model it does not name) on top of its priority."""
+    requests are worth (``_model_weights``; 1 for a model it does not name) on top of its priority;
+    ``rates`` says how many of them queue behind a load (``_model_rates``; none for a model it does not
+    name)."""
 
     def __init__(
         self,
@@ -89,8 +91,9 @@ class _Valuer:
         self._hops = hops
         self._weights = weights or {}
         self._rates = rates or {}
-        # Figures that depend on the link rates, the size and the weight alone, which repeat across
-        # models: by those and what else they take (a round asks for one per model or per resident).
+        # Figures that depend on the link rates, the size, the weight and the request rate alone, which
+        # repeat across models: by those and what else they take (a round asks for one per model or per
+        # resident).
         self._gains: dict[tuple[object, ...], dict[Tier, float]] = {}
         self._weight: dict[str, float] = {}
         self._keeps: dict[tuple[object, ...], tuple[float, float]] = {}
@@ -116,7 +119,8 @@ class _Valuer:
 
     def gains(self, spec: ModelSpec, nodes: Sequence[NodeState]) -> dict[Tier, float]:
         """Per tier, the most a certain request could be worth: waiting saved from L3 on the slowest node,
-        and in L0 the cold start itself. (The same dict for models alike: not to be changed.)"""
+        and in L0 the cold start itself, with the requests queued behind it (``_queued``). (The same
+        dict for models alike: not to be changed.)"""
         weight = self.weight(spec)
         rate = self._rate(spec)
         key = (spec.size_bytes, weight, rate, *(n.hop_rates for n in nodes))
