@@ -124,8 +124,11 @@ def _full_round(
     memo: PlannerMemo,
     commit_by: float | None,
 ) -> Plan:
+    # Each model's expected requests over the horizon: how many queue behind a load (the valuer's
+    # rates), and how much GPU room it will ask for (``asks``, below).
+    expected = {m: f.expected_in(now, now + config.horizon_s) for m, f in forecasts.items()}
     valuer = _Valuer(
-        config, memo.hops, _model_weights(now, forecasts, config), _model_rates(now, forecasts, config)
+        config, memo.hops, _model_weights(now, forecasts, config), _model_rates(expected, config)
     )
     # Gains are a bound over the nodes' link rates: one node of each set of rates says the same.
     nodes = list({n.hop_rates: n for n in cluster.nodes.values()}.values())
@@ -152,11 +155,7 @@ def _full_round(
             candidates[model] = options
     # The GPU room a model is expected to ask for over the horizon: its bytes times the chance of a
     # request in it. What a model adds to its node's load.
-    asks = {
-        m: -math.expm1(-f.expected_in(now, now + config.horizon_s)) * catalog[m].size_bytes
-        for m, f in forecasts.items()
-        if m in catalog
-    }
+    asks = {m: -math.expm1(-n) * catalog[m].size_bytes for m, n in expected.items() if m in catalog}
     loads: dict[str, float] = {}
     failed = _place_all(rnd, list(candidates.values()), asks, loads, commit_by=commit_by)
     _release_priced(rnd)

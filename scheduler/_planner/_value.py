@@ -59,16 +59,13 @@ _QUEUE_RATE_FLOOR = 1e-4
 they add to a 700-second download (140 GB at 0.2 GB/s) is under 4 %."""
 
 
-def _model_rates(
-    now: float, forecasts: Mapping[str, ModelForecast], config: PlannerConfig
-) -> dict[str, float]:
-    """Each forecast model's expected requests per second over the coming horizon, for the requests that
-    queue behind a load (``_Valuer.saved``): on a grid of eight steps an octave, so that the valuer's
-    memos still serve models alike, and none below ``_QUEUE_RATE_FLOOR``."""
-    end = now + config.horizon_s
+def _model_rates(expected: Mapping[str, float], config: PlannerConfig) -> dict[str, float]:
+    """Each model's requests per second from its ``expected`` requests over the coming horizon, for the
+    requests that queue behind a load (``_Valuer.saved``): on a grid of eight steps an octave, so that
+    the valuer's memos still serve models alike, and none below ``_QUEUE_RATE_FLOOR``."""
     out = {}
-    for model, forecast in forecasts.items():
-        rate = forecast.expected_in(now, end) / config.horizon_s
+    for model, n in expected.items():
+        rate = n / config.horizon_s
         if rate >= _QUEUE_RATE_FLOOR:
             out[model] = 2.0 ** (round(8.0 * math.log2(rate)) / 8.0)
     return out
