@@ -135,6 +135,7 @@ class Job:
     blocked: bool = False
     blocked_on: Tier | None = None  # the tier it waits for room in, while blocked
     done: bool = False
+    coming: int = 0  # GPU bytes it is to take on its node and does not hold yet (``Node.coming``)
 
     def landed(self) -> None:
         self.node.world.hop_landed(self)
@@ -171,7 +172,11 @@ class Node:
         # shard's room takes there, per shard size. Routing a request asks it of every node; between two
         # routes most nodes', and most GPUs', copies have not changed. ``l0_changed`` forgets it.
         self._room: dict[int, GpuRoom | None] = {}
-        self.version = 0  # counts the changes to what ``gpu_room`` and GPU bytes in use answer
+        # Bytes of the loads to GPU memory on their way here that do not hold their GPU memory yet (a
+        # download from object storage takes minutes before its last hop takes any): routing counts them
+        # as taken, so a burst of first requests does not pile onto the node that looked emptiest.
+        self.coming = 0
+        self.version = 0  # counts the changes to what routing reads (``gpu_room``, bytes in use, ``coming``)
         self._room_victims: set[str] = set()  # every copy a remembered answer gave up (or weighed)
         self._options: list[dict[int, tuple[float, list[str]] | None]] = [{} for _ in self.gpu_caps]
         self._option_victims: list[set[str]] = [set() for _ in self.gpu_caps]
@@ -233,6 +238,13 @@ class Node:
             if model in self._option_victims[g]:
                 self._options[g].clear()
                 self._option_victims[g].clear()
+
+    def expect(self, job: Job, nbytes: int) -> None:
+        """``job``, a load to GPU memory here, is to take ``nbytes`` more (negative: took or gave them up)."""
+        job.coming += nbytes
+        self.coming += nbytes
+        self.version += 1
+        self.world.router.node_changed(self)
 
     def _forget(self) -> None:
         self._room.clear()

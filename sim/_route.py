@@ -2,11 +2,11 @@
 
 The rule is ``World._route``'s (see there); this module makes it cheap on a cluster of a hundred nodes,
 where a cold request used to rank every node. What the rank reads of a node that holds no copy of the
-model (the LRU room its GPUs would make, its load time from object storage, its GPU bytes in use)
-changes only when a GPU copy of that node changes, so each size keeps a heap of every able node's rank,
-and a node whose GPU copies changed is re-ranked when that size is next asked for. The nodes that hold a
-copy of the model are few and are ranked as they are; the least of both is the node the full scan would
-have chosen, ties going to the node listed first.
+model (the LRU room its GPUs would make, its load time from object storage, its GPU bytes in use or on
+their way) changes only when a GPU copy of that node changes or a load to its GPUs starts or takes its
+room, so each size keeps a heap of every able node's rank, and a node that changed is re-ranked when
+that size is next asked for. The nodes that hold a copy of the model are few and are ranked as they
+are; the least of both is the node the full scan would have chosen, ties going to the node listed first.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ _L2 = Tier.L2.level  # a property: read once, not three times per route
 
 Rank = tuple[float, float, int, int]
 """(when the most recently used copy the LRU gives up was last used, or inf: no room; load seconds;
-GPU bytes in use; the node's position in the cluster): the least is chosen."""
+GPU bytes in use; the node's position in the cluster): the least is chosen. The loads on their way to the
+node's GPUs that hold no GPU memory yet count as holding it, in the room and in the bytes in use."""
 
 
 class Router:
@@ -80,11 +81,11 @@ class Router:
         return seconds
 
     def rank(self, node: Node, frm: Tier, size: int, arriving_s: float = 0.0) -> Rank:
-        room = node.gpu_room(size)
+        room = node.gpu_room(size + node.coming)
         return (
             room[2] if room is not None else INF,
             self.seconds(node, frm, size) + arriving_s,
-            node.used[Tier.L0],
+            node.used[Tier.L0] + node.coming,
             self._order[node.name],
         )
 

@@ -124,7 +124,9 @@ class World:
     def _route(self, model: str, at: float) -> Job:
         """Load on a node whose host memory holds a copy (where a planner staged it), if any; else, and
         among those, where GPU memory displaces the least recently used copies (none at best: the LRU rule
-        across the cluster), then where the load is quickest (a copy still arriving counts what it has left
+        across the cluster; the loads already on their way to a node's GPUs count as there, so a burst
+        of first requests is not sent to one node that only looks empty because their downloads have
+        not landed), then where the load is quickest (a copy still arriving counts what it has left
         to move). A disk copy does not tie a model to its
         node: every node can fetch from object storage, and sending every load to the node that happened
         to cache it first would leave the others idle."""
@@ -195,6 +197,7 @@ class World:
         self._job_nodes.setdefault(model, set()).add(node)
         if target is Tier.L0:
             self._inbound.setdefault(model, job)
+            node.expect(job, size)
         return job
 
     def _start(self, job: Job) -> None:
@@ -303,6 +306,8 @@ class World:
                 self.waiting -= 1
 
     def _drop_job(self, job: Job) -> None:
+        if job.coming:
+            job.node.expect(job, -job.coming)
         jobs = job.node.jobs.get(job.model, [])
         if job in jobs:
             jobs.remove(job)
@@ -373,6 +378,8 @@ class World:
             job=job,
         )
         if tier is Tier.L0:
+            if job.coming:
+                node.expect(job, -job.coming)
             node.gpu_hold(copy)
             self._l0.setdefault(job.model, {})[node.name] = copy
         node.copies[tier][job.model] = copy

@@ -267,6 +267,18 @@ def test_a_request_goes_to_a_ready_disk_copy_not_to_a_prefetch_whose_download_ha
     assert _waits(world)[-1] == pytest.approx(0.0, abs=1e-3)
 
 
+def test_first_requests_arriving_together_are_not_piled_onto_the_node_that_looked_emptiest() -> None:
+    # Both downloads take a minute before either takes GPU memory. Counting only the bytes already in
+    # GPU memory, both nodes look empty and b follows a to n1, where it would displace a when it lands.
+    catalog = _catalog({"a": 70 * GB, "b": 70 * GB})
+    world = _world(_cluster(("80GB",), host="400GB", nodes=2), catalog)
+    assert _request(world, "a", T0) == "n1"
+    assert _request(world, "b", T0 + 1) == "n2"
+    _settle(world)
+    assert _l0(world, "n1") == {"a": [0]}
+    assert _l0(world, "n2") == {"b": [0]}
+
+
 def test_hop_overhead_is_added_to_each_hop() -> None:
     catalog = _catalog({"a": 14 * GB})
     world = _world(_cluster(host="400GB"), catalog, overhead=0.5)
