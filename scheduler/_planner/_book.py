@@ -431,11 +431,21 @@ def _demote(
 
 def _make_room(book: _Book, tier: Tier, need: int, value: float, moves: list[tuple[str, Tier, Tier]]) -> bool:
     """Free ``need`` bytes in ``tier`` by demoting residents worth less than ``value`` one tier down;
-    in L0, on GPUs where an L0 copy of ``need`` bytes can then be placed."""
+    in L0, on GPUs where an L0 copy of ``need`` bytes can then be placed.
+
+    On a full disk only a waiting request (``value`` infinite) makes room: a guess evicts no disk copy.
+    A disk copy evicted is a download from object storage the next time its model is loaded, minutes
+    long with every request behind it, and the planner cannot tell which copies the node reads: the
+    executor can, and its admission by use (``prewarm.admits``) keeps the copies read most. Valued by
+    the forecast's chances over the window, the copies of models whose demand moves through the day
+    were evicted for guesses about the next ones, over and over (moving_peak- and azure_mix-like traces
+    whose catalogue is several disks: docs/benchmarks.md, the fifteenth stop)."""
     if tier is Tier.L0:
         return _make_gpu_room(book, need, value, moves)
     if book.free(tier) >= need:
         return True
+    if tier is Tier.L2 and value < _INF:
+        return False
     for victim in _victims(book, tier, value):
         if book.free(tier) >= need:
             break
