@@ -655,13 +655,10 @@ def orders_with_a_disk_copy_in_the_way(per_minute: float) -> list[tuple[str, str
     return [(o.node, o.model, o.action, o.tier) for o in plan(NOW, forecasts, [], cat, world, CONFIG)]
 
 
-def test_a_busy_models_disk_copy_is_not_evicted_for_a_guess_about_a_larger_rarer_model() -> None:
-    # Should node b lose its GPU copy, about 80 requests would queue behind a download of "served"
-    # (20 s at 1 GB/s, twelve requests a minute), not one. Valued as one request's wait, the disk copy
-    # was worth less than the guess about "rare", and on azure_mix-like traces the planner evicted
-    # busy models' disk copies for such guesses, their next loads coming from object storage.
-    assert orders_with_a_disk_copy_in_the_way(12.0) == []
-
-
-def test_even_a_seldom_used_models_disk_copy_is_not_evicted_for_a_guess() -> None:
-    assert orders_with_a_disk_copy_in_the_way(0.1) == []
+@pytest.mark.parametrize("per_minute", [12.0, 0.1], ids=["busy", "seldom used"])
+def test_a_models_disk_copy_is_not_evicted_for_a_guess_about_a_larger_rarer_model(per_minute: float) -> None:
+    # Busy: should node b lose its GPU copy, about 80 requests would queue behind a download of "served"
+    # (20 s at 1 GB/s, twelve requests a minute), not one; on azure_mix-like traces the planner evicted
+    # busy models' disk copies for such guesses, their next loads coming from object storage. Seldom
+    # used: the planner cannot tell how often the node reads it; the executor's admission by use can.
+    assert orders_with_a_disk_copy_in_the_way(per_minute) == []
