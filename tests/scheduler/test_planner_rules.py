@@ -662,3 +662,28 @@ def test_a_models_disk_copy_is_not_evicted_for_a_guess_about_a_larger_rarer_mode
     # busy models' disk copies for such guesses, their next loads coming from object storage. Seldom
     # used: the planner cannot tell how often the node reads it; the executor's admission by use can.
     assert orders_with_a_disk_copy_in_the_way(per_minute) == []
+
+
+def gpu_victim_for_a_waiting_request() -> list[tuple[str, OrderAction, Tier]]:
+    """What is ordered when node a's 80 GB GPU holds "busy" (20 GB, sixty requests a minute) and
+    "steady" (40 GB, one request every two minutes), each with a disk copy, and a request waits for
+    "new" (30 GB), which needs one of them to make room (both last used minutes ago: either may go)."""
+    busy = resident("busy", 20 * GB, loaded_at=NOW - 3600, last_used=NOW - 150)
+    steady = resident("steady", 40 * GB, loaded_at=NOW - 3600, last_used=NOW - 150)
+    capacity = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
+    a = report("a", {Tier.L0: [busy, steady], Tier.L2: [busy, steady]}, capacity=capacity)
+    world = ClusterState.merge(cluster("a"), {"a": a})
+    forecasts = {"busy": steady_forecast("busy", 60.0), "steady": steady_forecast("steady", 0.5)}
+    cat = catalog(spec("busy", 20 * GB), spec("steady", 40 * GB), spec("new", 30 * GB))
+    orders = plan(NOW, forecasts, [hint("new", source=DEMAND_SOURCE)], cat, world, CONFIG)
+    return [(o.model, o.action, o.tier) for o in orders]
+
+
+def test_a_waiting_request_displaces_the_gpu_copy_fewer_requests_would_queue_behind() -> None:
+    # Both will be asked for within minutes. Reloading "busy" from disk takes half as long as reloading
+    # "steady", but about three requests arrive during it and wait for it too, where "steady"'s reload
+    # is most likely waited for by its own request alone.
+    assert gpu_victim_for_a_waiting_request() == [
+        ("steady", OrderAction.DEMOTE, Tier.L1),
+        ("new", OrderAction.PREFETCH, Tier.L0),
+    ]
