@@ -2,7 +2,8 @@
 
     L0 hit ─ L1 → L0 ─ L2 → L1 → L0 (overlapped) ─ L3 → L1 + L2 (one pass) → L0
 
-A model that L1 cannot hold goes L2 → L0 through a small pinned staging ring. On the CPU device, where
+A model that L1 cannot hold, or does not admit (full, with host copies read more often than it:
+``prewarm.admits``), goes L2 → L0 through a small pinned staging ring. On the CPU device, where
 "device memory" is host RAM too, L2 → L0 reads land straight in the L0 buffer instead (no L1 copy, no
 second pass over memory); L1 is filled later, from L0, if a caller asks for it. Demotions copy down
 instead of re-reading: L0 → L1 from device memory, L1 → L2 through the same verified write path as a
@@ -37,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from executor import _metrics
 from executor._checkpoints import fetch_checkpoint, l2_layout
 from executor._hops_l0 import DeviceHops
 from executor._hops_stream import CheckpointStream
@@ -59,7 +61,7 @@ from executor._priority import LinkGate
 from executor._result import Bandwidth, HopTimer, LoadResult
 from executor._safetensors import Layout
 from executor._stores import MemoryStore, ObjectStore, open_store
-from executor._tier import ModelKey
+from executor._tier import ModelKey, NotAdmitted
 from models import ModelSpec
 from prewarm import (
     BusyShare,
@@ -132,7 +134,7 @@ class Loader:
         rule says. A copy already in L0 stays where it is."""
         key = spec.key
         if demand and spec.sha256 is not None:
-            self.l2.used(spec.sha256)  # what L2's admission weighs (``prewarm.admits``)
+            self.l2.used(spec.sha256)  # what L1's and L2's admission weigh (``prewarm.admits``)
         with self._lock:
             lock = self._model_locks.setdefault(key, threading.Lock())
             if demand:
@@ -286,7 +288,7 @@ class Loader:
                             store,
                             spec,
                             self.l2,
-                            weigh=weighed(tier, demand, streamable=self._streams(spec, tier)),
+                            weigh=weighed(Tier.L2, tier, demand, streamable=self._streams(spec, tier)),
                             pool=self._net_pool,
                             part_bytes=self.s3_settings.s3_part_bytes,
                             window=2 * self.s3_settings.s3_concurrency,
@@ -313,7 +315,7 @@ class Loader:
         memory anyway (``streamable``): then it streams past L2 (counted and logged as a bypass)."""
         assert spec.sha256 is not None
         name = spec.weight_files()[0].path
-        weigh = weighed(tier, demand, streamable=streamable)
+        weigh = weighed(Tier.L2, tier, demand, streamable=streamable)
         try:
             return self.l2.begin(
                 spec.sha256, size, model=spec.id, version=spec.version, name=name, weigh=weigh
@@ -328,6 +330,17 @@ class Loader:
                 ) from exc
             self.l2.bypasses.streams_past(exc, model=spec.id)
             return None
+
+    def _host_admits(
+        self, spec: ModelSpec, tier: Tier, demand: bool
+    ) -> Callable[[list[ModelKey]], bool] | None:
+        """L1's admission (``prewarm.admits``) for a new host copy of ``spec`` on its way to ``tier``, on
+        the node's use counts (kept by L2, by sha256); None when the copy is not weighed
+        (``prewarm.weighed``: only on its way to L0, which the staging ring can reach without it)."""
+        if spec.sha256 is None or not weighed(Tier.L1, tier, demand):
+            return None
+        worth = self.l2.admits(spec.sha256)
+        return lambda victims: worth([sha for _, _, sha in victims if sha is not None])
 
     def _streams(self, spec: ModelSpec, tier: Tier) -> bool:
         """Whether a checkpoint on its way to ``tier`` (L1 or L0) can stream past L2 (``CheckpointStream``):
@@ -346,11 +359,14 @@ class Loader:
         if tier is Tier.L2:
             return None, None
         try:
-            block = self.l1.reserve(key, size, prefetched=not demand)
-        except CapacityError:
+            block = self.l1.reserve(
+                key, size, prefetched=not demand, admit=self._host_admits(spec, tier, demand)
+            )
+        except CapacityError as exc:
             if tier is not Tier.L0:
                 raise
-            return None, None  # L1 cannot hold it: fetch to L2 only, then stage L2 -> L0
+            _bypass_l1(exc)  # L1 cannot hold it, or does not admit it: fetch to L2 only, then stage L2 -> L0
+            return None, None
         if tier is not Tier.L0:
             return block, None
         try:
@@ -464,12 +480,19 @@ class Loader:
             if tier is not Tier.L0 or not self._direct_l0:
                 try:
                     block = self.l1.reserve(
-                        key, layout.file_bytes, prefetched=not demand, block_bytes=plan.size
+                        key,
+                        layout.file_bytes,
+                        prefetched=not demand,
+                        block_bytes=plan.size,
+                        admit=self._host_admits(spec, tier, demand),
                     )
-                except CapacityError:
+                except CapacityError as exc:
                     if tier is not Tier.L0:
                         raise
-                    log.info("model does not fit L1 now: staging L2 -> L0", extra={"model": spec.id})
+                    log.info(
+                        "model not placed in L1: staging L2 -> L0", extra={"model": spec.id, "why": str(exc)}
+                    )
+                    _bypass_l1(exc)
             if tier is Tier.L0:
                 device_model = self.l0.reserve(
                     key, layout.file_bytes, prefetched=not demand, layout=layout, gpus=gpus
@@ -561,7 +584,7 @@ class Loader:
                     spec.size_bytes,
                     model=spec.id,
                     version=spec.version,
-                    weigh=weighed(Tier.L2, demand),
+                    weigh=weighed(Tier.L2, Tier.L2, demand),
                 )
                 hop = f"{source.value}->L2"
                 with hops.hop(hop), self._gates["L3->L2"].transfer(lambda: False) as transfer:
@@ -590,3 +613,8 @@ class Loader:
             if store is None:
                 store = self._stores[scheme] = open_store(uri, self.s3_settings)
             return store
+
+
+def _bypass_l1(exc: CapacityError) -> None:
+    """Count a load to L0 staged past L1 (``prewarm_executor_l1_bypass_total``)."""
+    _metrics.L1_BYPASS.labels("not_admitted" if isinstance(exc, NotAdmitted) else "full").inc()

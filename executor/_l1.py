@@ -130,13 +130,21 @@ class L1Cache:
         )
         self._slack = threading.local()  # per reserving thread: room beyond the accounted bytes
 
-    def reserve(self, key: ModelKey, nbytes: int, *, prefetched: bool, block_bytes: int = 0) -> HostBlock:
+    def reserve(
+        self,
+        key: ModelKey,
+        nbytes: int,
+        *,
+        prefetched: bool,
+        block_bytes: int = 0,
+        admit: Callable[[list[ModelKey]], bool] | None = None,
+    ) -> HostBlock:
         """Account ``nbytes`` (the weights) and allocate a block of at least ``block_bytes``: a
         checkpoint's small files ride in its block but not in the tier's accounting, as the planner
-        counts an entry's weights only."""
+        counts an entry's weights only. ``admit``: as ``TierCache.reserve`` (``NotAdmitted``)."""
         self._slack.extra = max(0, round_up(block_bytes) - round_up(nbytes))
         try:
-            block = self.cache.reserve(key, round_up(nbytes), prefetched=prefetched)
+            block = self.cache.reserve(key, round_up(nbytes), prefetched=prefetched, admit=admit)
         finally:
             self._slack.extra = 0
         assert block is not None

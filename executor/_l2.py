@@ -282,7 +282,10 @@ class L2Cache:
         file's mtime, the order across processes and restarts, moves only when the copy is read."""
         self.cache.lookup(sha, use=True)
 
-    def _admits(self, sha: str) -> Callable[[list[str]], bool]:
+    def admits(self, sha: str) -> Callable[[list[str]], bool]:
+        """Whether a new copy of the weights ``sha`` is worth dropping copies of the weights it is asked
+        with (``prewarm.admits``, on this node's use counts); L1 asks it too, by its entries' sha256."""
+
         def worth(victims: list[str]) -> bool:
             with self._uses_lock:
                 return admits(sha, victims, self._uses, self._clock())
@@ -329,7 +332,7 @@ class L2Cache:
         when the objects it would evict served more requests lately (``NotAdmitted``); ``StorageError``
         when the disk refuses. Either way nothing is left behind, and ``disk_fault`` names the cause."""
         self._usable()
-        self.cache.reserve(sha, size, admit=self._admits(sha) if weigh else None)
+        self.cache.reserve(sha, size, admit=self.admits(sha) if weigh else None)
         path = self.root / "tmp" / f"{sha}.{os.getpid()}.part"
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -470,7 +473,7 @@ class L2Cache:
         (``weigh``: as for ``begin``)."""
         size = sum(f[1] for f in files)
         self._usable()
-        self.cache.reserve(sha, size, admit=self._admits(sha) if weigh else None)
+        self.cache.reserve(sha, size, admit=self.admits(sha) if weigh else None)
         cw = CheckpointWrite(
             sha256=sha,
             size=size,

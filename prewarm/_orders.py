@@ -244,26 +244,35 @@ class UseCounts(Generic[K]):
 
 
 def admits(newcomer: K, victims: Iterable[K], uses: UseCounts[K], at: float) -> bool:
-    """Whether a new copy takes its place in a full disk cache, dropping ``victims`` (its
+    """Whether a new copy takes its place in a full disk or host cache, dropping ``victims`` (its
     ``lru_victims``): only when none of them was used more often lately than ``newcomer``. Otherwise
-    nothing is dropped: a load on its way to memory streams past the disk, and a prefetch or demotion
-    into the disk itself fails.
+    nothing is dropped: a load on its way to memory streams past the tier (past the disk; past host
+    memory through the staging ring), and a prefetch or demotion into the disk itself fails.
 
     LRU alone lets any load through a full disk drop the copy of a model the node reads again and again,
-    which then comes back from object storage, over the slowest link, each time memory lets it go.
-    Admission by frequency is TinyLFU's (Einziger, Friedman and Manes, 2017), on decayed counts. Every
-    new disk copy is weighed but one that must be made: a load that cannot reach memory without it, or a
-    copy a request waits for in the disk itself.
+    which then comes back from object storage, over the slowest link, each time memory lets it go; and
+    any load through full host memory drop the host copy of a busy model that GPU memory cannot keep,
+    which then comes back from disk. Admission by frequency is TinyLFU's (Einziger, Friedman and Manes,
+    2017), on decayed counts. Which new copies are weighed: ``weighed``.
     """
     mine = uses.count(newcomer, at)
     return all(uses.count(victim, at) <= mine for victim in victims)
 
 
-def weighed(target: Tier, demand: bool, *, streamable: bool = True) -> bool:
-    """Whether a new disk copy made for a load to ``target`` must win its place there (``admits``): every
-    one but a copy that must be made, i.e. one a request waits for in the disk itself (``target`` L2 and
-    ``demand``) or one a load to memory cannot do without (not ``streamable``: a model host memory cannot
-    hold, on its way to a CUDA GPU)."""
+def weighed(tier: Tier, target: Tier, demand: bool, *, streamable: bool = True) -> bool:
+    """Whether a new copy in ``tier`` (L1 or L2) made for a load to ``target`` must win its place there
+    (``admits``): every one that a load can do without.
+
+    On disk, every one but a copy a request waits for in the disk itself (``target`` L2 and ``demand``)
+    or one a load to memory cannot do without (not ``streamable``: a model host memory cannot hold, on
+    its way to a CUDA GPU). In host memory, a copy on its way to GPU memory only (it can go through the
+    staging ring instead): a load to host memory itself makes its copy there.
+
+    Weighed in host memory too, the loads of two 140 GB models through 256 GB of host memory no longer
+    drop each other's host copies in turn for every request: the host copy of the model read more often
+    stays, the other streams through (docs/benchmarks.md, the sixteenth stop)."""
+    if tier is Tier.L1:
+        return target is Tier.L0
     return not demand if target is Tier.L2 else streamable
 
 

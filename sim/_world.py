@@ -4,8 +4,9 @@ link, and requests that wait for whatever is not yet in GPU memory.
 It plays the executors' part by the executor's own rules from the spine: which orders it carries out
 (``prewarm.admit``), what each does to a model's copies (``prewarm.effect``, ``prewarm.load_path``),
 which copies a full tier gives up (``prewarm.lru_victims``: least recently used, never one still loading
-or being read from), whether a load on its way to memory takes a place on a full disk at all
-(``prewarm.admits``: not when a copy it would drop served more requests on the node lately) and which
+or being read from), whether a load on its way to memory takes a place on a full disk at all, or in full
+host memory on its way to GPU memory (``prewarm.admits``: not when a copy it would drop served more
+requests on the node lately) and which
 GPUs an L0 copy takes (``prewarm.gpu_shards``, ``prewarm.gpu_placement``: a model larger than one GPU
 takes equal shards on several GPUs of one node). The bytes the LRU gives up to carry out an order are
 that order's over-commit.
@@ -14,7 +15,8 @@ A load is a job of hops along ``load_path``, each of which reserves its tier's b
 moves them over the link into that tier (``L3->L2`` and ``L2->L1`` per node; ``L1->L0`` per node too:
 the node's host-to-device bandwidth, shared by its GPUs) after a fixed overhead. Hops are
 store-and-forward: the next starts when the previous has landed. A demand load (a request waits on it)
-that finds no room waits until a transfer lands or a copy leaves; a speculative one fails. A request
+that finds no room in the tier it goes to waits until a transfer lands or a copy leaves (in a tier on its
+way, it streams through); a speculative one fails. A request
 for a model whose load to GPU memory is in flight waits for that load, and makes it a demand load.
 Demotions write down to the farther tier at once (device-to-host copies do not use these links).
 """
@@ -202,8 +204,8 @@ class World:
 
     def _start(self, job: Job) -> None:
         """Start the job's next hop, once the copy it reads from has landed and its tier has room; a
-        demand load that finds no room in host or GPU memory waits in its node's queue (``_retry``)
-        until it does (on its way up, one that finds none on disk streams past it)."""
+        demand load that finds no room in the tier it goes to waits in its node's queue (``_retry``)
+        until it does (on its way up, one that finds none in disk or host memory streams past them)."""
         stuck = self._advance(job)
         node = job.node
         if stuck:
@@ -242,10 +244,11 @@ class World:
         placed = None if never else self._room(node, tier, job)
         if placed is not None:
             copy = self._hold(node, tier, job, placed)
-        elif never or (tier is Tier.L2 and job.target is not Tier.L2):
-            # This cache cannot hold it at all, or (disk, on the way up) not now, its room held by copies
-            # being read or still arriving: streamed through, as the executor's ring does and as it
-            # streams a load past a full disk, instead of waiting for that room.
+        elif never or tier is not job.target:
+            # This cache cannot hold it at all, or (on the way up) not now, its room held by copies being
+            # read or still arriving or declined (``admits``): streamed through, as the executor streams
+            # a load past a full disk and through its staging ring past full host memory, instead of
+            # waiting for that room.
             copy = None
         else:
             if job.demand:
@@ -349,8 +352,8 @@ class World:
             chosen = [] if job.size <= free else lru_victims(node.copies[tier].values(), job.size, free)
             if chosen is None:
                 return None
-            # Declined (``prewarm.admits``), a load to memory streams past the disk and an order fails.
-            weigh = tier is Tier.L2 and weighed(job.target, job.demand)
+            # Declined (``prewarm.admits``), a load to memory streams past the tier and an order fails.
+            weigh = weighed(tier, job.target, job.demand)
             if chosen and weigh and not admits(job.model, chosen, node.uses, self.clock.now):
                 return None
             gpus, victims = (), chosen

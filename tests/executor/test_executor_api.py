@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from executor_testkit import ExecutorFactory, make_model, serves
+from metrics_helpers import metric_delta
 
 from executor import Executor, FileStore, LoadResult
 from executor._pipeline import StagingRing
@@ -349,6 +350,41 @@ def test_model_bigger_than_l1_reaches_l0_through_a_staging_ring(
     assert serves(executor, catalog["m0"])
     with pytest.raises(CapacityError):
         executor.ensure("m0", Tier.L1)
+
+
+def _l1_models(executor: Executor) -> set[str]:
+    l1 = executor.state().tier(Tier.L1)
+    assert l1 is not None
+    return {r.model for r in l1.resident}
+
+
+def test_a_load_to_l0_through_full_host_memory_keeps_the_host_copy_read_more_often(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    rings: list[StagingRing] = []
+
+    def counting_ring(slots: int, chunk_bytes: int, *, pinned: bool) -> StagingRing:
+        rings.append(StagingRing(slots, chunk_bytes, pinned=pinned))
+        return rings[-1]
+
+    size = round_up(catalog["m0"].size_bytes)
+    # The CUDA structure; host memory holds one model.
+    executor = make_executor(catalog, l1_budget_bytes=size + 10, direct_l0=False, staging_ring=counting_ring)
+    for _ in range(3):
+        executor.ensure("m0", Tier.L0, demand=True)  # three requests served here
+    executor.ensure("m1", Tier.L2)
+
+    with metric_delta("prewarm_executor_l1_bypass_total", {"reason": "not_admitted"}) as declined:
+        result = executor.ensure("m1", Tier.L0, demand=True)
+
+    assert result.served_from is Tier.L2
+    assert declined.delta == 1
+    assert len(rings) == 1  # past host memory, through the staging ring
+    assert _l1_models(executor) == {"m0"}
+    assert serves(executor, catalog["m1"])
+    # A load to host memory itself is not weighed: LRU gives up m0 for it, however often m0 was read.
+    executor.ensure("m1", Tier.L1, demand=True)
+    assert _l1_models(executor) == {"m1"}
 
 
 def test_demotion_from_l0_copies_down_without_touching_disk(

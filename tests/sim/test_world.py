@@ -251,6 +251,26 @@ def test_a_load_through_a_full_disk_does_not_displace_a_copy_the_node_reads_more
     assert world.record.failed_orders == failed + 1
 
 
+def test_a_load_through_full_host_memory_does_not_displace_the_host_copy_the_node_reads_more_often() -> None:
+    # Host memory and the GPU hold one of these models each. a is requested five times, then b once: b's
+    # load to the GPU passes through host memory holding a, and LRU would drop a for it. a served more
+    # requests here lately, so b streams through (the executor's staging ring) and a's next load, after
+    # b took the GPU, reads host memory, not the disk.
+    catalog = _catalog({"a": 60 * GB, "b": 60 * GB})
+    world = _world(_cluster(host="100GB"), catalog)
+    for k in range(5):
+        _request(world, "a", T0 + k)
+    _request(world, "b", T0 + 1000)
+    _request(world, "a", T0 + 2000)
+    _settle(world)
+
+    host = world.reports(world.clock.now)["n1"].tier(Tier.L1)
+    assert host is not None
+    assert [r.model for r in host.resident] == ["a"]
+    assert _waits(world)[-2] == pytest.approx(60 / 1 + 60 / 7 + 60 / 50, abs=1e-3)  # b: from L3, through
+    assert _waits(world)[-1] == pytest.approx(60 / 50, abs=1e-3)  # a: host to GPU
+
+
 def test_a_request_goes_to_a_ready_disk_copy_not_to_a_prefetch_whose_download_has_not_moved() -> None:
     # n1 holds c in its GPUs and a on disk; n2 is downloading a for a prefetch, paused behind b's load.
     # Ranked as if there, n2's copy would win (less GPU memory in use); it has all its bytes to move.

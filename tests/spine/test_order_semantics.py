@@ -176,11 +176,18 @@ def test_a_load_through_a_full_tier_is_admitted_only_if_no_victim_was_used_more_
 
 
 def test_every_new_disk_copy_is_weighed_but_one_that_must_be_made() -> None:
-    assert weighed(Tier.L0, demand=True)  # on its way to memory
-    assert weighed(Tier.L1, demand=False)
-    assert weighed(Tier.L2, demand=False)  # a prefetch or demotion into the disk
-    assert not weighed(Tier.L2, demand=True)  # a request waits for that disk copy
-    assert not weighed(Tier.L0, demand=True, streamable=False)  # memory cannot be reached without it
+    assert weighed(Tier.L2, Tier.L0, demand=True)  # on its way to memory
+    assert weighed(Tier.L2, Tier.L1, demand=False)
+    assert weighed(Tier.L2, Tier.L2, demand=False)  # a prefetch or demotion into the disk
+    assert not weighed(Tier.L2, Tier.L2, demand=True)  # a request waits for that disk copy
+    assert not weighed(Tier.L2, Tier.L0, demand=True, streamable=False)  # memory cannot be reached without it
+
+
+def test_a_new_host_copy_is_weighed_only_on_its_way_to_gpu_memory() -> None:
+    assert weighed(Tier.L1, Tier.L0, demand=True)  # it can go through the staging ring
+    assert weighed(Tier.L1, Tier.L0, demand=False)
+    assert not weighed(Tier.L1, Tier.L1, demand=True)  # a request waits for that host copy
+    assert not weighed(Tier.L1, Tier.L1, demand=False)  # a prefetch or demotion into host memory
 
 
 @given(
