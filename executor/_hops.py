@@ -2,8 +2,8 @@
 
     L0 hit ─ L1 → L0 ─ L2 → L1 → L0 (overlapped) ─ L3 → L1 + L2 (one pass) → L0
 
-A model that L1 cannot hold, or does not admit (full, with host copies read more often than it:
-``prewarm.admits``), goes L2 → L0 through a small pinned staging ring. On the CPU device, where
+A model that L1 cannot hold, or does not admit for a load on request (full, with host copies read more
+often than it: ``prewarm.admits``), goes L2 → L0 through a small pinned staging ring. On the CPU device, where
 "device memory" is host RAM too, L2 → L0 reads land straight in the L0 buffer instead (no L1 copy, no
 second pass over memory); L1 is filled later, from L0, if a caller asks for it. Demotions copy down
 instead of re-reading: L0 → L1 from device memory, L1 → L2 through the same verified write path as a
@@ -336,7 +336,8 @@ class Loader:
     ) -> Callable[[list[ModelKey]], bool] | None:
         """L1's admission (``prewarm.admits``) for a new host copy of ``spec`` on its way to ``tier``, on
         the node's use counts (kept by L2, by sha256); None when the copy is not weighed
-        (``prewarm.weighed``: only on its way to L0, which the staging ring can reach without it)."""
+        (``prewarm.weighed``: only for a load on request to L0, which the staging ring can reach without
+        it; an order's copy takes the room the scheduler made for it)."""
         if spec.sha256 is None or not weighed(Tier.L1, tier, demand):
             return None
         worth = self.l2.admits(spec.sha256)

@@ -265,14 +265,17 @@ def weighed(tier: Tier, target: Tier, demand: bool, *, streamable: bool = True) 
 
     On disk, every one but a copy a request waits for in the disk itself (``target`` L2 and ``demand``)
     or one a load to memory cannot do without (not ``streamable``: a model host memory cannot hold, on
-    its way to a CUDA GPU). In host memory, a copy on its way to GPU memory only (it can go through the
-    staging ring instead): a load to host memory itself makes its copy there.
+    its way to a CUDA GPU). In host memory, only a load on request on its way to GPU memory (it can go
+    through the staging ring instead): a load to host memory itself makes its copy there, and an order's
+    copy takes the room its scheduler made for it there.
 
-    Weighed in host memory too, the loads of two 140 GB models through 256 GB of host memory no longer
-    drop each other's host copies in turn for every request: the host copy of the model read more often
-    stays, the other streams through (docs/benchmarks.md, the sixteenth stop)."""
+    Weighed in host memory, the loads on request of two 140 GB models through 256 GB of host memory no
+    longer drop each other's host copies in turn: the host copy of the model read more often stays, the
+    other streams through. Orders are not weighed there: weighed, the oracle's loads just in time were
+    declined host room it had planned, and it was no longer a bound (docs/benchmarks.md, the sixteenth
+    stop)."""
     if tier is Tier.L1:
-        return target is Tier.L0
+        return target is Tier.L0 and demand
     return not demand if target is Tier.L2 else streamable
 
 

@@ -4,9 +4,9 @@ link, and requests that wait for whatever is not yet in GPU memory.
 It plays the executors' part by the executor's own rules from the spine: which orders it carries out
 (``prewarm.admit``), what each does to a model's copies (``prewarm.effect``, ``prewarm.load_path``),
 which copies a full tier gives up (``prewarm.lru_victims``: least recently used, never one still loading
-or being read from), whether a load on its way to memory takes a place on a full disk at all, or in full
-host memory on its way to GPU memory (``prewarm.admits``: not when a copy it would drop served more
-requests on the node lately) and which
+or being read from), whether a load on its way to memory takes a place on a full disk at all, or a load
+on request in full host memory on its way to GPU memory (``prewarm.admits``: not when a copy it would
+drop served more requests on the node lately) and which
 GPUs an L0 copy takes (``prewarm.gpu_shards``, ``prewarm.gpu_placement``: a model larger than one GPU
 takes equal shards on several GPUs of one node). The bytes the LRU gives up to carry out an order are
 that order's over-commit.
