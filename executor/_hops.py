@@ -2,10 +2,11 @@
 
     L0 hit ─ L1 → L0 ─ L2 → L1 → L0 (overlapped) ─ L3 → L1 + L2 (one pass) → L0
 
-A model that L1 cannot hold, or does not admit for a load on request (full, with host copies read more
-often than it: ``prewarm.admits``), goes L2 → L0 through a small pinned staging ring. On the CPU device, where
-"device memory" is host RAM too, L2 → L0 reads land straight in the L0 buffer instead (no L1 copy, no
-second pass over memory); L1 is filled later, from L0, if a caller asks for it. Demotions copy down
+A model that L1 cannot hold, or does not admit for a load on request from L2 (full, with host copies
+read more often than it: ``prewarm.admits``), goes L2 → L0 through a small pinned staging ring. On the
+CPU device, where "device memory" is host RAM too, L2 → L0 reads land straight in the L0 buffer
+instead (no L1 copy, no second pass over memory); L1 is filled later, from L0, if a caller asks for
+it. Demotions copy down
 instead of re-reading: L0 → L1 from device memory, L1 → L2 through the same verified write path as a
 download. A checkpoint (several files) comes L3 → L2 as one verified directory (``_checkpoints``) and
 goes up from there; L1 and L0 hold its shards one after the other, never its small files, so it is
@@ -334,8 +335,8 @@ class Loader:
     def _host_admits(
         self, spec: ModelSpec, tier: Tier, demand: bool
     ) -> Callable[[list[ModelKey]], bool] | None:
-        """L1's admission (``prewarm.admits``) for a new host copy of ``spec`` on its way to ``tier``, on
-        the node's use counts (kept by L2, by sha256); None when the copy is not weighed
+        """L1's admission (``prewarm.admits``) for a new host copy of ``spec`` read from L2 on its way to
+        ``tier``, on the node's use counts (kept by L2, by sha256); None when the copy is not weighed
         (``prewarm.weighed``: only for a load on request to L0, which the staging ring can reach without
         it; an order's copy takes the room the scheduler made for it)."""
         if spec.sha256 is None or not weighed(Tier.L1, tier, demand):
@@ -360,13 +361,11 @@ class Loader:
         if tier is Tier.L2:
             return None, None
         try:
-            block = self.l1.reserve(
-                key, size, prefetched=not demand, admit=self._host_admits(spec, tier, demand)
-            )
+            block = self.l1.reserve(key, size, prefetched=not demand)  # not weighed: no ring from L3
         except CapacityError as exc:
             if tier is not Tier.L0:
                 raise
-            _bypass_l1(exc)  # L1 cannot hold it, or does not admit it: fetch to L2 only, then stage L2 -> L0
+            _bypass_l1(exc)  # L1 cannot hold it: fetch to L2 only, then stage L2 -> L0
             return None, None
         if tier is not Tier.L0:
             return block, None

@@ -261,13 +261,14 @@ def admits(newcomer: K, victims: Iterable[K], uses: UseCounts[K], at: float) -> 
 
 def weighed(tier: Tier, target: Tier, demand: bool, *, streamable: bool = True) -> bool:
     """Whether a new copy in ``tier`` (L1 or L2) made for a load to ``target`` must win its place there
-    (``admits``): every one that a load can do without.
+    (``admits``): every one that the load can do without (``streamable``: it can reach memory past this
+    tier) and that no request waits for in the tier itself.
 
     On disk, every one but a copy a request waits for in the disk itself (``target`` L2 and ``demand``)
-    or one a load to memory cannot do without (not ``streamable``: a model host memory cannot hold, on
-    its way to a CUDA GPU). In host memory, only a load on request on its way to GPU memory (it can go
-    through the staging ring instead): a load to host memory itself makes its copy there, and an order's
-    copy takes the room its scheduler made for it there.
+    or one a load to memory cannot do without (a model host memory cannot hold, on its way to a CUDA
+    GPU). In host memory, only a load on request to GPU memory that reads a disk copy (the staging ring
+    carries it from there; a download from object storage fills host memory in the same pass): a load
+    to host memory itself makes its copy there, and an order's copy takes the room its scheduler made.
 
     Weighed in host memory, the loads on request of two 140 GB models through 256 GB of host memory no
     longer drop each other's host copies in turn: the host copy of the model read more often stays, the
@@ -275,7 +276,7 @@ def weighed(tier: Tier, target: Tier, demand: bool, *, streamable: bool = True) 
     declined host room it had planned, and it was no longer a bound (docs/benchmarks.md, the sixteenth
     stop)."""
     if tier is Tier.L1:
-        return target is Tier.L0 and demand
+        return target is Tier.L0 and demand and streamable
     return not demand if target is Tier.L2 else streamable
 
 

@@ -186,6 +186,7 @@ def test_every_new_disk_copy_is_weighed_but_one_that_must_be_made() -> None:
 def test_a_new_host_copy_is_weighed_only_for_a_request_on_its_way_to_gpu_memory() -> None:
     assert weighed(Tier.L1, Tier.L0, demand=True)  # it can go through the staging ring
     assert not weighed(Tier.L1, Tier.L0, demand=False)  # an order: its scheduler made the room
+    assert not weighed(Tier.L1, Tier.L0, demand=True, streamable=False)  # a download: no ring from L3
     assert not weighed(Tier.L1, Tier.L1, demand=True)  # a request waits for that host copy
     assert not weighed(Tier.L1, Tier.L1, demand=False)  # a prefetch or demotion into host memory
 
