@@ -6,11 +6,10 @@ A model that L1 cannot hold, or does not admit for a load on request from L2 (fu
 read more often than it: ``prewarm.admits``), goes L2 → L0 through a small pinned staging ring. On the
 CPU device, where "device memory" is host RAM too, L2 → L0 reads land straight in the L0 buffer
 instead (no L1 copy, no second pass over memory); L1 is filled later, from L0, if a caller asks for
-it. Demotions copy down
-instead of re-reading: L0 → L1 from device memory, L1 → L2 through the same verified write path as a
-download. A checkpoint (several files) comes L3 → L2 as one verified directory (``_checkpoints``) and
-goes up from there; L1 and L0 hold its shards one after the other, never its small files, so it is
-never demoted to L2 from memory.
+it. Demotions copy down instead of re-reading: L0 → L1 from device memory, L1 → L2 through the same
+verified write path as a download. A checkpoint (several files) comes L3 → L2 as one verified
+directory (``_checkpoints``) and goes up from there; L1 and L0 hold its shards one after the other,
+never its small files, so it is never demoted to L2 from memory.
 
 L2 is a cache, so a load does not need it: when L2 cannot take a download (its budget full or capped
 below the model's size, the disk full, failing, read-only or gone: ``_l2_faults``), a load to L1 or L0
