@@ -322,25 +322,31 @@ def test_state_reports_every_tier(catalog: Catalog, make_executor: ExecutorFacto
     assert state.device == "cpu"
 
 
+class CountingRings:
+    """A staging-ring factory that keeps the rings it made: a load went through one when one was made."""
+
+    def __init__(self) -> None:
+        self.made: list[StagingRing] = []
+
+    def __call__(self, slots: int, chunk_bytes: int, *, pinned: bool) -> StagingRing:
+        self.made.append(StagingRing(slots, chunk_bytes, pinned=pinned))
+        return self.made[-1]
+
+
 @pytest.mark.parametrize("start_in", [Tier.L2, Tier.L3])
 def test_model_bigger_than_l1_reaches_l0_through_a_staging_ring(
     catalog: Catalog, make_executor: ExecutorFactory, start_in: Tier
 ) -> None:
-    rings: list[StagingRing] = []
-
-    def counting_ring(slots: int, chunk_bytes: int, *, pinned: bool) -> StagingRing:
-        rings.append(StagingRing(slots, chunk_bytes, pinned=pinned))
-        return rings[-1]
-
+    rings = CountingRings()
     size = catalog["m0"].size_bytes
     # The CUDA structure (the CPU device reads straight into L0).
-    executor = make_executor(catalog, l1_budget_bytes=size // 2, direct_l0=False, staging_ring=counting_ring)
+    executor = make_executor(catalog, l1_budget_bytes=size // 2, direct_l0=False, staging_ring=rings)
     if start_in is Tier.L2:
         executor.ensure("m0", Tier.L2)
 
     result = executor.ensure("m0", Tier.L0, demand=True)
 
-    assert len(rings) == 1  # the bytes really went through the ring, not straight into L0
+    assert len(rings.made) == 1  # the bytes really went through the ring, not straight into L0
 
     assert result.served_from is start_in
     assert "L2->L0" in result.seconds_per_hop
@@ -352,24 +358,13 @@ def test_model_bigger_than_l1_reaches_l0_through_a_staging_ring(
         executor.ensure("m0", Tier.L1)
 
 
-def _l1_models(executor: Executor) -> set[str]:
-    l1 = executor.state().tier(Tier.L1)
-    assert l1 is not None
-    return {r.model for r in l1.resident}
-
-
 def test_a_load_to_l0_through_full_host_memory_keeps_the_host_copy_read_more_often(
     catalog: Catalog, make_executor: ExecutorFactory
 ) -> None:
-    rings: list[StagingRing] = []
-
-    def counting_ring(slots: int, chunk_bytes: int, *, pinned: bool) -> StagingRing:
-        rings.append(StagingRing(slots, chunk_bytes, pinned=pinned))
-        return rings[-1]
-
+    rings = CountingRings()
     size = round_up(catalog["m0"].size_bytes)
     # The CUDA structure; host memory holds one model.
-    executor = make_executor(catalog, l1_budget_bytes=size + 10, direct_l0=False, staging_ring=counting_ring)
+    executor = make_executor(catalog, l1_budget_bytes=size + 10, direct_l0=False, staging_ring=rings)
     for _ in range(3):
         executor.ensure("m0", Tier.L0, demand=True)  # three requests served here
     executor.ensure("m1", Tier.L2)
@@ -379,12 +374,12 @@ def test_a_load_to_l0_through_full_host_memory_keeps_the_host_copy_read_more_oft
 
     assert result.served_from is Tier.L2
     assert declined.delta == 1
-    assert len(rings) == 1  # past host memory, through the staging ring
-    assert _l1_models(executor) == {"m0"}
+    assert len(rings.made) == 1  # past host memory, through the staging ring
+    assert {r.model for r in executor.state().tiers[1].resident} == {"m0"}
     assert serves(executor, catalog["m1"])
     # A load to host memory itself is not weighed: LRU gives up m0 for it, however often m0 was read.
     executor.ensure("m1", Tier.L1, demand=True)
-    assert _l1_models(executor) == {"m1"}
+    assert {r.model for r in executor.state().tiers[1].resident} == {"m1"}
 
 
 def test_demotion_from_l0_copies_down_without_touching_disk(
