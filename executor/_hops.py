@@ -3,13 +3,13 @@
     L0 hit ─ L1 → L0 ─ L2 → L1 → L0 (overlapped) ─ L3 → L1 + L2 (one pass) → L0
 
 A model that L1 cannot hold, or does not admit for a load on request from L2 (full, with host copies
-read more often than it: ``prewarm.admits``), goes L2 → L0 through a small pinned staging ring. On the
-CPU device, where "device memory" is host RAM too, L2 → L0 reads land straight in the L0 buffer
-instead (no L1 copy, no second pass over memory); L1 is filled later, from L0, if a caller asks for
-it. Demotions copy down instead of re-reading: L0 → L1 from device memory, L1 → L2 through the same
-verified write path as a download. A checkpoint (several files) comes L3 → L2 as one verified
-directory (``_checkpoints``) and goes up from there; L1 and L0 hold its shards one after the other,
-never its small files, so it is never demoted to L2 from memory.
+that served more requests × bytes than it would: ``prewarm.admits``), goes L2 → L0 through a small
+pinned staging ring. On the CPU device, where "device memory" is host RAM too, L2 → L0 reads land
+straight in the L0 buffer instead (no L1 copy, no second pass over memory); L1 is filled later, from
+L0, if a caller asks for it. Demotions copy down instead of re-reading: L0 → L1 from device memory,
+L1 → L2 through the same verified write path as a download. A checkpoint (several files) comes L3 → L2
+as one verified directory (``_checkpoints``) and goes up from there; L1 and L0 hold its shards one
+after the other, never its small files, so it is never demoted to L2 from memory.
 
 L2 is a cache, so a load does not need it: when L2 cannot take a download (its budget full or capped
 below the model's size, the disk full, failing, read-only or gone: ``_l2_faults``), a load to L1 or L0
@@ -333,15 +333,15 @@ class Loader:
 
     def _host_admits(
         self, spec: ModelSpec, tier: Tier, demand: bool
-    ) -> Callable[[list[ModelKey]], bool] | None:
+    ) -> Callable[[list[tuple[ModelKey, int]]], bool] | None:
         """L1's admission (``prewarm.admits``) for a new host copy of ``spec`` read from L2 on its way to
         ``tier``, on the node's use counts (kept by L2, by sha256); None when the copy is not weighed
         (``prewarm.weighed``: only for a load on request to L0, which the staging ring can reach without
         it; an order's copy takes the room the scheduler made for it)."""
         if spec.sha256 is None or not weighed(Tier.L1, tier, demand):
             return None
-        worth = self.l2.admits(spec.sha256)
-        return lambda victims: worth([sha for _, _, sha in victims if sha is not None])
+        worth = self.l2.admits(spec.sha256, spec.size_bytes)
+        return lambda victims: worth([(key[2], nbytes) for key, nbytes in victims if key[2] is not None])
 
     def _streams(self, spec: ModelSpec, tier: Tier) -> bool:
         """Whether a checkpoint on its way to ``tier`` (L1 or L0) can stream past L2 (``CheckpointStream``):

@@ -137,7 +137,7 @@ class L1Cache:
         *,
         prefetched: bool,
         block_bytes: int = 0,
-        admit: Callable[[list[ModelKey]], bool] | None = None,
+        admit: Callable[[list[tuple[ModelKey, int]]], bool] | None = None,
     ) -> HostBlock:
         """Account ``nbytes`` (the weights) and allocate a block of at least ``block_bytes``: a
         checkpoint's small files ride in its block but not in the tier's accounting, as the planner

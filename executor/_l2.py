@@ -14,8 +14,9 @@ partial is ever visible; a checkpoint likewise, each file checked, the directory
 Every use touches the object's mtime: that is the LRU order after a restart
 and across processes sharing the directory, which share its byte budget too (``_fit_shared``).
 
-A new copy that must win its place (``weigh``) takes one in a full L2 only if none of the objects it
-would evict served more requests on this node lately (``prewarm.admits`` over ``used``'s counts);
+A new copy that must win its place (``weigh``) takes one in a full L2 only if the objects it would
+evict served no more requests × bytes on this node lately than it (``prewarm.admits`` over ``used``'s
+counts);
 otherwise nothing is evicted, and a load on its way to memory streams past L2 while a prefetch or a
 demotion into L2 itself fails. The loader weighs every copy but one that must be made (``_hops``).
 The counts live in memory: a restarted executor weighs nothing until it has served requests again,
@@ -282,13 +283,14 @@ class L2Cache:
         file's mtime, the order across processes and restarts, moves only when the copy is read."""
         self.cache.lookup(sha, use=True)
 
-    def admits(self, sha: str) -> Callable[[list[str]], bool]:
-        """Whether a new copy of the weights ``sha`` is worth dropping copies of the weights it is asked
-        with (``prewarm.admits``, on this node's use counts); L1 asks it too, by its entries' sha256."""
+    def admits(self, sha: str, nbytes: int) -> Callable[[list[tuple[str, int]]], bool]:
+        """Whether a new copy of the weights ``sha`` (``nbytes``) is worth dropping the copies of the
+        weights it is asked with, each with its bytes (``prewarm.admits``, on this node's use counts); L1
+        asks it too, by its entries' sha256."""
 
-        def worth(victims: list[str]) -> bool:
+        def worth(victims: list[tuple[str, int]]) -> bool:
             with self._uses_lock:
-                return admits(sha, victims, self._uses, self._clock())
+                return admits(sha, nbytes, victims, self._uses, self._clock())
 
         return worth
 
@@ -329,10 +331,11 @@ class L2Cache:
         """Reserve ``size`` bytes and open a temp file that nobody will ever read as an object.
 
         ``CapacityError`` when the budget (capped at what the disk holds) cannot take it, or (``weigh``)
-        when the objects it would evict served more requests lately (``NotAdmitted``); ``StorageError``
-        when the disk refuses. Either way nothing is left behind, and ``disk_fault`` names the cause."""
+        when the objects it would evict served more requests × bytes lately (``NotAdmitted``);
+        ``StorageError`` when the disk refuses. Either way nothing is left behind, and ``disk_fault``
+        names the cause."""
         self._usable()
-        self.cache.reserve(sha, size, admit=self.admits(sha) if weigh else None)
+        self.cache.reserve(sha, size, admit=self.admits(sha, size) if weigh else None)
         path = self.root / "tmp" / f"{sha}.{os.getpid()}.part"
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -473,7 +476,7 @@ class L2Cache:
         (``weigh``: as for ``begin``)."""
         size = sum(f[1] for f in files)
         self._usable()
-        self.cache.reserve(sha, size, admit=self.admits(sha) if weigh else None)
+        self.cache.reserve(sha, size, admit=self.admits(sha, size) if weigh else None)
         cw = CheckpointWrite(
             sha256=sha,
             size=size,

@@ -6,8 +6,8 @@ brings the model to L1 or L0, straight from L3 and verified by its sha256 as eve
 in L2 (``_hops``, ``_pipeline.fetch_l3``). ``disk_fault`` says which failures those are; ``Bypasses``
 counts every such load (``prewarm_executor_l2_bypass_total{reason}``) and logs a reason once, not once
 per load, until L2 takes a download again. A download that L2 declined to cache because the copies it
-would displace are read more often (``not_admitted``, ``prewarm.admits``) streams past the same way; it
-is counted, not logged, since it is the cache working as meant rather than a fault.
+would displace served more requests × bytes (``not_admitted``, ``prewarm.admits``) streams past the
+same way; it is counted, not logged, since it is the cache working as meant rather than a fault.
 
 ``DiskBudget``: the budget L2 accounts against is never more than its filesystem can hold, i.e. what
 is free there now plus what the cache's own files already occupy; the cache asks again before every

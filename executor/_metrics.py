@@ -16,10 +16,10 @@
   because L2 could not take the download: ``full`` (its budget cannot hold it: everything there in use,
   or the budget capped below the model's size), ``no_space``, ``quota``, ``io_error``, ``read_only``
   (the disk said ENOSPC, EDQUOT, EIO, EROFS) or ``unusable`` (the directory is gone or refused); or
-  because L2 declined it: ``not_admitted`` (the copies it would evict served more requests lately).
+  because L2 declined it: ``not_admitted`` (the copies it would evict served more requests × bytes lately).
 - ``prewarm_executor_l1_bypass_total{reason}``: loads to L0 (on CUDA) that went through the staging ring
   without a copy in L1: ``full`` (L1 cannot hold the model now) or ``not_admitted`` (the host copies it
-  would evict served more requests lately).
+  would evict served more requests × bytes lately).
 - ``prewarm_executor_l2_budget_bytes{budget}``: ``configured``, and ``effective``: what L2 accounts
   against, the configured budget capped at what the filesystem can hold (free space plus the cache's own
   files).

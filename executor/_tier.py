@@ -36,7 +36,8 @@ V = TypeVar("V")
 
 class NotAdmitted(CapacityError):
     """A new entry was not given a place in a full tier (``prewarm.admits``): the entries it would evict
-    were used more often. Nothing was evicted; a load on its way to memory goes on past the tier."""
+    served more requests × bytes lately. Nothing was evicted; a load on its way to memory goes on past
+    the tier."""
 
 
 def round_up(n: int, align: int = ALIGN) -> int:
@@ -139,14 +140,14 @@ class TierCache(Generic[K, V]):
         *,
         prefetched: bool = False,
         relieves: Callable[[Entry[K, V]], bool] | None = None,
-        admit: Callable[[list[K]], bool] | None = None,
+        admit: Callable[[list[tuple[K, int]]], bool] | None = None,
     ) -> V | None:
         """Account ``nbytes`` for ``key`` (evicting LRU entries if needed) and place it; returns the place.
 
         The entry is not visible to ``lookup`` until ``commit``; ``abort`` gives the bytes back.
         ``relieves``: which entries are worth evicting for this one (L0: those on the GPUs it goes to);
-        default every entry. ``admit``: asked with the LRU victims, when there are any, whether the entry
-        is worth them; ``NotAdmitted`` (nothing evicted) when it says no. Default: always.
+        default every entry. ``admit``: asked with the LRU victims and their bytes, when there are any,
+        whether the entry is worth them; ``NotAdmitted`` (nothing evicted) when it says no. Default: always.
         """
         if nbytes > self.capacity:
             raise CapacityError(
@@ -166,10 +167,14 @@ class TierCache(Generic[K, V]):
                         f"{self.tier}: {nbytes} bytes do not fit: {self.capacity - self._used} free "
                         "and every other entry is in use or loading"
                     )
-                if victims and admit is not None and not admit(victims):
+                if (
+                    victims
+                    and admit is not None
+                    and not admit([(k, self._entries[k].nbytes) for k in victims])
+                ):
                     raise NotAdmitted(
                         f"{self.tier}: not admitted: the {len(victims)} entries it would evict for its "
-                        f"{nbytes} bytes were used more often lately"
+                        f"{nbytes} bytes served more requests × bytes lately"
                     )
                 for victim in victims:
                     released.append(self._drop(victim, "capacity"))

@@ -7,7 +7,8 @@ Five rules, each pure and each called by every party that needs it:
 - **effect** (``effect``): which tiers gain a copy of the model and which lose theirs;
 - **LRU victims** (``lru_victims``): which residents a full tier gives up when a load needs room;
 - **admission by use** (``admits``, over ``UseCounts``, for the copies ``weighed`` says): whether a new
-  copy takes a place in a full disk at all (a load on its way to memory streams past it when not);
+  copy takes a place in a full disk or host memory at all (a load on its way to memory streams past it
+  when not);
 - **GPU placement** (``gpu_shards``, ``gpu_placement``): how many GPUs of a node a model takes and which.
 
 The executor carries orders out by these rules; the planner books the orders it has published but not yet
@@ -243,20 +244,27 @@ class UseCounts(Generic[K]):
         return count * math.exp(min(0.0, since - at) / self.tau_s)
 
 
-def admits(newcomer: K, victims: Iterable[K], uses: UseCounts[K], at: float) -> bool:
-    """Whether a new copy takes its place in a full disk or host cache, dropping ``victims`` (its
-    ``lru_victims``): only when none of them was used more often lately than ``newcomer``. Otherwise
-    nothing is dropped: a load on its way to memory streams past the tier (past the disk; past host
-    memory through the staging ring), and a prefetch or demotion into the disk itself fails.
+def admits(newcomer: K, nbytes: int, victims: Iterable[tuple[K, int]], uses: UseCounts[K], at: float) -> bool:
+    """Whether a new copy of ``nbytes`` takes its place in a full disk or host cache, dropping ``victims``
+    (its ``lru_victims``, each with its bytes): only when they together were read no more lately,
+    request by request and byte by byte, than ``newcomer`` (Σ count × bytes of the victims ≤ its count ×
+    its bytes). Otherwise nothing is dropped: a load on its way to memory streams past the tier (past the
+    disk; past host memory through the staging ring), and a prefetch or demotion into the disk itself
+    fails.
 
     LRU alone lets any load through a full disk drop the copy of a model the node reads again and again,
     which then comes back from object storage, over the slowest link, each time memory lets it go; and
     any load through full host memory drop the host copy of a busy model that GPU memory cannot keep,
     which then comes back from disk. Admission by frequency is TinyLFU's (Einziger, Friedman and Manes,
-    2017), on decayed counts. Which new copies are weighed: ``weighed``.
+    2017), on decayed counts. It is weighed by bytes because a copy saves each request that reads it the
+    time its bytes take over the slower link, so what a cache of one size saves per second is the sum of
+    count × bytes over what it holds. By count alone, any busier 16 or 28 GB copy among its victims kept
+    a 140 GB model requested four times an hour out of host memory, and 127 of its 193 requests waited
+    for the disk (memoryless, draw 0: docs/benchmarks.md, the seventeenth stop). Which new copies are
+    weighed: ``weighed``.
     """
-    mine = uses.count(newcomer, at)
-    return all(uses.count(victim, at) <= mine for victim in victims)
+    held = sum(uses.count(victim, at) * size for victim, size in victims)
+    return held <= uses.count(newcomer, at) * nbytes
 
 
 def weighed(tier: Tier, target: Tier, demand: bool, *, streamable: bool = True) -> bool:

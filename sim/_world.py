@@ -5,8 +5,8 @@ It plays the executors' part by the executor's own rules from the spine: which o
 (``prewarm.admit``), what each does to a model's copies (``prewarm.effect``, ``prewarm.load_path``),
 which copies a full tier gives up (``prewarm.lru_victims``: least recently used, never one still loading
 or being read from), whether a load on its way to memory takes a place on a full disk at all, or a load
-on request from disk to GPU memory in full host memory (``prewarm.admits``: not when a copy it would
-drop served more requests on the node lately) and which
+on request from disk to GPU memory in full host memory (``prewarm.admits``: not when the copies it would
+drop served more requests × bytes on the node lately) and which
 GPUs an L0 copy takes (``prewarm.gpu_shards``, ``prewarm.gpu_placement``: a model larger than one GPU
 takes equal shards on several GPUs of one node). The bytes the LRU gives up to carry out an order are
 that order's over-commit.
@@ -355,7 +355,14 @@ class World:
             # Declined (``prewarm.admits``), a load to memory streams past the tier and an order fails.
             # Host memory is passed by the staging ring only from a disk copy (``weighed``).
             weigh = weighed(tier, job.target, job.demand, streamable=tier is Tier.L2 or job.source is Tier.L2)
-            if chosen and weigh and not admits(job.model, chosen, node.uses, self.clock.now):
+            held = node.copies[tier]
+            if (
+                chosen
+                and weigh
+                and not admits(
+                    job.model, job.size, [(m, held[m].bytes) for m in chosen], node.uses, self.clock.now
+                )
+            ):
                 return None
             gpus, victims = (), chosen
         for model in victims:

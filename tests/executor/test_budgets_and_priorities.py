@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from executor import FileStore
 from executor._priority import LinkGate
 from executor._stores import OnPiece
-from executor._tier import Entry
+from executor._tier import Entry, NotAdmitted, TierCache
 from models import Catalog
 from prewarm import CapacityError, PrewarmError, Tier, lru_victims
 
@@ -36,6 +36,23 @@ def test_tier_entries_give_up_room_by_the_shared_lru_rule() -> None:
     assert lru_victims(entries, need=5, free=0) == ["old"]
     assert lru_victims(entries, need=5, free=5) == []
     assert lru_victims(entries, need=25, free=0) is None
+
+
+def test_a_full_tier_asks_admission_with_each_victims_bytes_and_evicts_nothing_when_declined() -> None:
+    tier: TierCache[str, None] = TierCache(Tier.L2, 100, clock=time.monotonic, release=lambda k, v: None)
+    for key, nbytes in (("small", 20), ("large", 70)):
+        tier.reserve(key, nbytes)
+        tier.commit(key)
+    asked: list[list[tuple[str, int]]] = []
+
+    def decline(victims: list[tuple[str, int]]) -> bool:
+        asked.append(victims)
+        return False
+
+    with pytest.raises(NotAdmitted):
+        tier.reserve("new", 50, admit=decline)  # 10 bytes free: both must go
+    assert asked == [[("small", 20), ("large", 70)]]
+    assert tier.used == 90  # nothing evicted, nothing placed
 
 
 @pytest.fixture(scope="module")

@@ -273,6 +273,28 @@ def test_a_load_through_full_host_memory_does_not_displace_the_host_copy_the_nod
     assert _waits(world)[-1] == pytest.approx(60 / 50, abs=1e-3)  # a: host to GPU
 
 
+def test_a_load_through_full_host_memory_displaces_a_smaller_copy_read_more_often_for_fewer_bytes() -> None:
+    # a (20 GB) is requested twice, then big (70 GB), staged on disk, twice. big's first load passes
+    # through host memory holding a: a was read more often (2 against 1) but its copy saved 2 × 20 GB
+    # of reads from disk, fewer than one of big's 70 GB, so big's host copy takes a's place, a's next
+    # load streams through, and big's second load, after a took the GPU, reads host memory.
+    catalog = _catalog({"a": 20 * GB, "big": 70 * GB})
+    world = _world(_cluster(host="80GB"), catalog)
+    for k in range(2):
+        _request(world, "a", T0 + k)
+    world.clock.run_until(T0 + 500)
+    world.apply(_order("big", OrderAction.PREFETCH, Tier.L2, T0 + 500, catalog), T0 + 500)
+    _request(world, "big", T0 + 1000)
+    _request(world, "a", T0 + 2000)
+    _request(world, "big", T0 + 3000)
+    _settle(world)
+
+    host = world.reports(world.clock.now)["n1"].tier(Tier.L1)
+    assert host is not None
+    assert [r.model for r in host.resident] == ["big"]
+    assert _waits(world)[-1] == pytest.approx(70 / 50, abs=1e-3)  # big: host to GPU
+
+
 def test_a_request_goes_to_a_ready_disk_copy_not_to_a_prefetch_whose_download_has_not_moved() -> None:
     # n1 holds c in its GPUs and a on disk; n2 is downloading a for a prefetch, paused behind b's load.
     # Ranked as if there, n2's copy would win (less GPU memory in use); it has all its bytes to move.

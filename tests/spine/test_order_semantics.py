@@ -162,17 +162,37 @@ def test_a_use_count_falls_by_e_every_decay_time_and_each_use_adds_one() -> None
     assert uses.count("never", NOW) == 0.0
 
 
-def test_a_load_through_a_full_tier_is_admitted_only_if_no_victim_was_used_more_often() -> None:
+def test_a_load_through_a_full_tier_is_admitted_only_if_its_victims_served_no_more_requests_times_bytes() -> (
+    None
+):
     uses: UseCounts[str] = UseCounts()
     for i in range(5):
         uses.use("busy", NOW + i)  # read five times on this node lately
     uses.use("newcomer", NOW)
-    assert not admits("newcomer", ["idle", "busy"], uses, NOW + 10)
-    assert admits("newcomer", ["idle"], uses, NOW + 10)  # never used here: LRU as before
-    assert admits("busy", ["newcomer", "idle"], uses, NOW + 10)
+    gb = 10**9
+    assert not admits("newcomer", 10 * gb, [("idle", 10 * gb), ("busy", 10 * gb)], uses, NOW + 10)
+    assert admits("newcomer", 10 * gb, [("idle", 10 * gb)], uses, NOW + 10)  # never used here: LRU as before
+    assert admits("busy", 10 * gb, [("newcomer", 10 * gb), ("idle", 10 * gb)], uses, NOW + 10)
     # A day later the five uses count for less than one use of the newcomer now.
     uses.use("newcomer", NOW + 86_400)
-    assert admits("newcomer", ["busy"], uses, NOW + 86_400)
+    assert admits("newcomer", 10 * gb, [("busy", 10 * gb)], uses, NOW + 86_400)
+
+
+def test_a_large_copy_displaces_smaller_ones_read_more_often_when_it_saves_more_bytes_per_request() -> None:
+    """A copy saves each request that reads it the time its own bytes take over the slower link: a 140 GB
+    model read four times displaces two 16 GB ones read five times each (4 × 140 > 2 × 5 × 16), not ten
+    16 GB ones (4 × 140 < 10 × 5 × 16)."""
+    uses: UseCounts[str] = UseCounts()
+    for i in range(4):
+        uses.use("large", NOW + i)
+    small = [f"small-{k}" for k in range(10)]
+    for name in small:
+        for i in range(5):
+            uses.use(name, NOW + i)
+    gb = 10**9
+    assert admits("large", 140 * gb, [(name, 16 * gb) for name in small[:2]], uses, NOW + 10)
+    assert not admits("large", 140 * gb, [(name, 16 * gb) for name in small], uses, NOW + 10)
+    assert not admits(small[0], 16 * gb, [("large", 140 * gb)], uses, NOW + 10)
 
 
 def test_every_new_disk_copy_is_weighed_but_one_that_must_be_made() -> None:
