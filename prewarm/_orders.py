@@ -258,10 +258,10 @@ def admits(newcomer: K, nbytes: int, victims: Iterable[tuple[K, int]], uses: Use
     which then comes back from disk. Admission by frequency is TinyLFU's (Einziger, Friedman and Manes,
     2017), on decayed counts. It is weighed by bytes because a copy saves each request that reads it the
     time its bytes take over the slower link, so what a cache of one size saves per second is the sum of
-    count × bytes over what it holds. By count alone, any busier 16 or 28 GB copy among its victims kept
-    a 140 GB model requested four times an hour out of host memory, and 127 of its 193 requests waited
-    for the disk (memoryless, draw 0: docs/benchmarks.md, the seventeenth stop). Which new copies are
-    weighed: ``weighed``.
+    count × bytes over what it holds. By count alone, one busier 16 or 28 GB copy among the victims was
+    enough to keep a 140 GB one out: on memoryless (draw 0) a 140 GB model requested four times an hour
+    waited for the disk on 127 of its 193 requests, on 22 once weighed by bytes (docs/benchmarks.md, the
+    seventeenth stop). Which new copies are weighed: ``weighed``.
     """
     held = sum(uses.count(victim, at) * size for victim, size in victims)
     return held <= uses.count(newcomer, at) * nbytes
