@@ -73,6 +73,13 @@ def _l0(world: World, node: str = "n1") -> dict[str, list[int]]:
     return {r.model: r.gpus for r in tier.resident}
 
 
+def _resident(world: World, tier: Tier, node: str = "n1") -> list[str]:
+    """The models ``node`` reports in ``tier`` (L1 or L2), in the report's order."""
+    report = world.reports(world.clock.now)[node].tier(tier)
+    assert report is not None
+    return [r.model for r in report.resident]
+
+
 def _order(model: str, action: OrderAction, tier: Tier, at: float, catalog: Catalog) -> Order:
     return order_for("n1", catalog[model], action, tier, at, reason=OrderReason.FORECAST)
 
@@ -217,9 +224,7 @@ def test_a_load_on_request_streams_past_a_disk_whose_room_is_held_by_a_download_
     _settle(world)
     assert _waits(world) == pytest.approx([30.0], abs=1e-3)
     assert world.record.queued_loads == 0
-    disk = world.reports(world.clock.now)["n1"].tier(Tier.L2)
-    assert disk is not None
-    assert [r.model for r in disk.resident] == ["a"]  # a's download went on after
+    assert _resident(world, Tier.L2) == ["a"]  # a's download went on after
 
 
 def test_a_load_through_a_full_disk_does_not_displace_a_copy_the_node_reads_more_often() -> None:
@@ -236,18 +241,13 @@ def test_a_load_through_a_full_disk_does_not_displace_a_copy_the_node_reads_more
     _request(world, "a", T0 + 3000)
     _settle(world)
 
-    def disk() -> list[str]:
-        tier = world.reports(world.clock.now)["n1"].tier(Tier.L2)
-        assert tier is not None
-        return sorted(r.model for r in tier.resident)
-
-    assert disk() == ["a", "c"]
+    assert sorted(_resident(world, Tier.L2)) == ["a", "c"]
     assert _waits(world)[-1] == pytest.approx(60 / 7 + 60 / 50, abs=1e-3)  # disk, then host to GPU
     # A prefetch into the disk itself is weighed the same way: it fails, and a and c stay.
     failed = world.record.failed_orders
     world.apply(_order("b", OrderAction.PREFETCH, Tier.L2, world.clock.now, catalog), world.clock.now)
     _settle(world)
-    assert disk() == ["a", "c"]
+    assert sorted(_resident(world, Tier.L2)) == ["a", "c"]
     assert world.record.failed_orders == failed + 1
 
 
@@ -266,9 +266,7 @@ def test_a_load_through_full_host_memory_does_not_displace_the_host_copy_the_nod
     _request(world, "a", T0 + 2000)
     _settle(world)
 
-    host = world.reports(world.clock.now)["n1"].tier(Tier.L1)
-    assert host is not None
-    assert [r.model for r in host.resident] == ["a"]
+    assert _resident(world, Tier.L1) == ["a"]
     assert _waits(world)[-2] == pytest.approx(60 / 7 + 60 / 50, abs=1e-3)  # b: from disk, through
     assert _waits(world)[-1] == pytest.approx(60 / 50, abs=1e-3)  # a: host to GPU
 
@@ -289,9 +287,7 @@ def test_a_load_through_full_host_memory_displaces_a_smaller_copy_read_more_ofte
     _request(world, "big", T0 + 3000)
     _settle(world)
 
-    host = world.reports(world.clock.now)["n1"].tier(Tier.L1)
-    assert host is not None
-    assert [r.model for r in host.resident] == ["big"]
+    assert _resident(world, Tier.L1) == ["big"]
     assert _waits(world)[-1] == pytest.approx(70 / 50, abs=1e-3)  # big: host to GPU
 
 
