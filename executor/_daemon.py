@@ -48,7 +48,12 @@ from prewarm import (
     counter,
     get_logger,
 )
-from prewarm.kafka import bootstrap_servers, broker_errors, ensure_control_topics, make_producer
+from prewarm.kafka import (
+    broker_errors,
+    ensure_control_topics,
+    make_consumer,
+    make_producer,
+)
 
 __all__ = ["ExecutorDaemon", "commit_due", "run_forever"]
 
@@ -167,9 +172,9 @@ class ExecutorDaemon:
         assert self._kafka is not None
         try:
             with broker_errors("follow orders"):
-                consumer = KafkaConsumer(
+                consumer = make_consumer(
+                    self._kafka,
                     self._kafka.topic_orders,
-                    bootstrap_servers=bootstrap_servers(self._kafka),
                     client_id=f"{self._kafka.kafka_client_id}-executor-{self.node}",
                     group_id=self._group,
                     enable_auto_commit=False,

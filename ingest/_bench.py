@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 
 from prewarm import IngestSettings, KafkaSettings, PrewarmError
-from prewarm.kafka import broker_errors
+from prewarm.kafka import broker_errors, make_consumer
 
 from ._consumer import IngestConsumer
 from ._kafka import consumer_config, create_topic
@@ -74,7 +74,7 @@ def bare_poll_rate(
     """(records per wall second, records per CPU second) of a plain poll loop over ``topic``, with the
     consumer's own fetch settings."""
     with broker_errors(f"bare consumer on {topic}"):
-        consumer = KafkaConsumer(**consumer_config(kafka, ingest))
+        consumer = make_consumer(kafka, **consumer_config(kafka, ingest))
         try:
             partitions = sorted(consumer.partitions_for_topic(topic) or ())
             tps = [TopicPartition(topic, p) for p in partitions]

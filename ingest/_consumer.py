@@ -35,10 +35,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka import ConsumerRebalanceListener, TopicPartition
 
 from prewarm import BrokerError, IngestSettings, InvalidEvent, KafkaSettings, StorageError, get_logger
-from prewarm.kafka import broker_errors, ensure_log_topics
+from prewarm.kafka import broker_errors, ensure_log_topics, make_consumer
 
 from ._decode import Fields, fast_fields, schema_fields
 from ._dlq import DeadLetterWriter
@@ -172,14 +172,15 @@ class IngestConsumer:
         ensure_log_topics(kafka, topic=self.topic)
         self._dlq = DeadLetterWriter(kafka)
         with broker_errors(f"connect consumer group {self.group}"):
-            self._consumer = KafkaConsumer(
+            self._consumer = make_consumer(
+                kafka,
                 **consumer_config(
                     kafka,
                     ingest,
                     group_id=self.group,
                     session_timeout_ms=int(ingest.ingest_session_timeout_s * 1000),
                     heartbeat_interval_ms=int(ingest.ingest_session_timeout_s * 1000 / 3),
-                )
+                ),
             )
             self._consumer.subscribe([self.topic], listener=_Listener(self))
 

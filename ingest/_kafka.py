@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka import KafkaConsumer
-
 from prewarm import IngestSettings, KafkaSettings
-from prewarm.kafka import bootstrap_servers, broker_errors, create_topics, make_producer, new_topic
+from prewarm.kafka import broker_errors, create_topics, make_consumer, make_producer, new_topic
 
 __all__ = ["consumer_config", "create_topic", "end_offsets", "make_producer"]
 
@@ -20,16 +18,13 @@ __all__ = ["consumer_config", "create_topic", "end_offsets", "make_producer"]
 def consumer_config(kafka: KafkaSettings, ingest: IngestSettings, **extra: Any) -> dict[str, Any]:
     """Fetch tuning shared by the ingest consumer and the bare baseline of the benchmark."""
     config: dict[str, Any] = {
-        "bootstrap_servers": bootstrap_servers(kafka),
-        "client_id": kafka.kafka_client_id,
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
         "max_poll_records": ingest.ingest_max_poll_records,
-        # Larger fetches than the defaults (fewer round trips); kafka-python refuses a response frame
-        # above receive_message_max_bytes, so that limit grows with them.
+        # Larger fetches than the defaults (fewer round trips); ``make_consumer`` lets response frames
+        # grow with them.
         "fetch_max_bytes": 16 * 2**20,
         "max_partition_fetch_bytes": 4 * 2**20,
-        "receive_message_max_bytes": 17 * 2**20,
         "fetch_min_bytes": 1,
         "fetch_max_wait_ms": 200,
         # kafka-python checks each record batch's CRC32C through the ``crc32c`` C extension (a dependency
@@ -52,9 +47,8 @@ def end_offsets(kafka: KafkaSettings, topic: str, timeout_s: float = 10.0) -> di
     from kafka import TopicPartition
 
     with broker_errors(f"end offsets of {topic}"):
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap_servers(kafka),
-            client_id=kafka.kafka_client_id,
+        consumer = make_consumer(
+            kafka,
             enable_auto_commit=False,
             request_timeout_ms=int(timeout_s * 1000) + 1000,
             api_version_auto_timeout_ms=int(timeout_s * 1000),

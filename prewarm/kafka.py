@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
@@ -26,6 +26,7 @@ __all__ = [
     "create_topics",
     "ensure_control_topics",
     "ensure_log_topics",
+    "make_consumer",
     "make_producer",
     "new_topic",
 ]
@@ -74,6 +75,37 @@ def make_producer(kafka: KafkaSettings, *, client_id: str | None = None, **confi
             client_id=client_id or kafka.kafka_client_id,
             **{**config, **DURABLE_PRODUCER},
         )
+
+
+FETCH_DEFAULTS: Mapping[str, int] = {"fetch_max_bytes": 50 * 2**20, "max_partition_fetch_bytes": 2**20}
+"""kafka-python's own fetch sizes, for consumers that do not tune them."""
+
+FRAME_HEADROOM_BYTES = 2**20
+"""Room above a fetch's data for the response's own framing (headers, per-partition fields)."""
+
+
+def make_consumer(
+    kafka: KafkaSettings, *topics: str, client_id: str | None = None, **config: Any
+) -> KafkaConsumer:
+    """A consumer of ``topics`` (or of partitions the caller assigns) with the caller's settings, whose
+    response frames may be as large as the fetches it asks for.
+
+    kafka-python 2.3 refuses any response frame above ``receive_message_max_bytes``, by default
+    1,000,000 bytes, while its fetches ask for up to 1 MiB per partition: a consumer that meets a
+    partition with a megabyte of backlog gets ``InvalidReceiveError``, drops the connection and asks for
+    the same fetch again, and never reads past it (dpkp/kafka-python#3074, fixed after 2.3). The limit
+    here is the larger of the fetch's sizes (``fetch_max_bytes``, ``max_partition_fetch_bytes``) plus
+    ``FRAME_HEADROOM_BYTES``, which also covers a record batch larger than both (returned whole, up to
+    the broker's ``message.max.bytes``, 1 MB by default); a caller may still set it."""
+    fetch = {**FETCH_DEFAULTS, **{k: config[k] for k in FETCH_DEFAULTS if k in config}}
+    frame = max(fetch["fetch_max_bytes"], fetch["max_partition_fetch_bytes"]) + FRAME_HEADROOM_BYTES
+    settings = {"receive_message_max_bytes": frame, **config}
+    return KafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap_servers(kafka),
+        client_id=client_id or kafka.kafka_client_id,
+        **settings,
+    )
 
 
 def new_topic(

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from pydantic import SecretStr
 
 from models import Catalog, ModelSpec
 from prewarm import Order, Settings, get_logger
-from prewarm.kafka import bootstrap_servers, broker_errors, ensure_control_topics
+from prewarm.kafka import broker_errors, ensure_control_topics, make_consumer
 from scheduler._auth import Authenticator
 from scheduler._cluster import Cluster
 from scheduler._serve import BackgroundServer
@@ -42,8 +42,8 @@ class _OrderWatch:
     def __init__(self, settings: Settings) -> None:
         kafka = settings.kafka
         with broker_errors("watch orders"):
-            self._consumer = KafkaConsumer(
-                bootstrap_servers=bootstrap_servers(kafka),
+            self._consumer = make_consumer(
+                kafka,
                 client_id=f"{kafka.kafka_client_id}-bench-hints",
                 enable_auto_commit=False,
                 fetch_max_wait_ms=5,  # the measurement, not the poll interval, should dominate

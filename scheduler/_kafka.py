@@ -14,7 +14,7 @@ from kafka import KafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
 from prewarm import ExecutorState, KafkaSettings, Order, get_logger
-from prewarm.kafka import bootstrap_servers, broker_errors, make_producer
+from prewarm.kafka import broker_errors, make_consumer, make_producer
 
 __all__ = ["OrderPublisher", "StateFollower"]
 
@@ -88,8 +88,8 @@ class StateFollower:
     def _consumer(self) -> KafkaConsumer:
         topic = self._kafka.topic_executor_state
         with broker_errors(_FOLLOW):
-            consumer = KafkaConsumer(
-                bootstrap_servers=bootstrap_servers(self._kafka),
+            consumer = make_consumer(
+                self._kafka,
                 client_id=f"{self._kafka.kafka_client_id}-scheduler-state",
                 enable_auto_commit=False,
                 fetch_max_wait_ms=100,

@@ -24,14 +24,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import sqlalchemy as sa
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from prewarm import BrokerError, KafkaSettings, Order, StorageError, get_logger
-from prewarm.kafka import bootstrap_servers, broker_errors
+from prewarm.kafka import broker_errors, make_consumer
 
 __all__ = ["ORDERS_TABLE", "OrderLedger", "recently_published"]
 
@@ -176,8 +176,8 @@ def recently_published(kafka: KafkaSettings, since: float, *, timeout_s: float =
     read up to the topic's end as it is when called."""
     ids: set[str] = set()
     with broker_errors("read back recent orders"):
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap_servers(kafka),
+        consumer = make_consumer(
+            kafka,
             client_id=f"{kafka.kafka_client_id}-scheduler-takeover",
             enable_auto_commit=False,
             fetch_max_wait_ms=100,

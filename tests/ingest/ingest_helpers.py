@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from wait_helpers import wait_for
 
 from ingest import DeadLetter, DemandStore, RequestLogProducer, decode_dead_letter, encode_event, minute_of
 from ingest._kafka import create_topic
 from prewarm import IngestSettings, KafkaSettings, parse_request_event
+from prewarm.kafka import make_consumer
 
 REPO = Path(__file__).resolve().parents[2]
 NOW_MS = int(time.time() * 1000)
@@ -48,9 +49,7 @@ def produce(kafka: KafkaSettings, values: Sequence[tuple[bytes | None, bytes]]) 
 
 def read_all(kafka: KafkaSettings, topic: str, expected: int, timeout_s: float = 30.0) -> list[Any]:
     """Every record of ``topic`` from the beginning, once at least ``expected`` have arrived."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=kafka.kafka_bootstrap, enable_auto_commit=False, consumer_timeout_ms=1000
-    )
+    consumer = make_consumer(kafka, enable_auto_commit=False, consumer_timeout_ms=1000)
     try:
         deadline = time.monotonic() + timeout_s
         partitions: set[int] = set()

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 from scheduler_builders import GB, catalog, report, resident, spec
 from stack_settings import settings_for_stack
 from wait_helpers import wait_for
@@ -26,6 +26,7 @@ from prewarm import (
     TierState,
     load_settings,
 )
+from prewarm.kafka import make_consumer
 from scheduler import Cluster, PlannerConfig
 from scheduler._runtime import Runtime, retrain_trigger
 
@@ -51,9 +52,9 @@ def one_node(name: str = "gpu-a") -> Cluster:
 
 
 def read_orders(settings: Settings, want: int, timeout: float = 15.0) -> list[tuple[str, Order]]:
-    consumer = KafkaConsumer(
+    consumer = make_consumer(
+        settings.kafka,
         settings.kafka.topic_orders,
-        bootstrap_servers=settings.kafka.kafka_bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         fetch_max_wait_ms=50,

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from prewarm import ConfigError, KafkaSettings, load_settings
-from prewarm.kafka import DURABLE_PRODUCER, ensure_control_topics, ensure_log_topics, make_producer, new_topic
+from prewarm.kafka import (
+    DURABLE_PRODUCER,
+    create_topics,
+    ensure_control_topics,
+    ensure_log_topics,
+    make_consumer,
+    make_producer,
+    new_topic,
+)
 
 
 def test_topics_for_one_broker_have_one_replica_and_leave_min_insync_to_the_broker() -> None:
@@ -116,3 +126,38 @@ def test_every_prewarm_producer_waits_for_all_replicas_and_is_idempotent(
         gateway.close()
         publisher.close()
     assert DURABLE_PRODUCER == {"acks": "all", "enable_idempotence": True}
+
+
+def test_a_consumer_reads_a_partition_backlog_larger_than_kafka_pythons_default_frame_limit_in_one_connection(
+    kafka_bootstrap: str, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 3 MB in one partition: a default fetch asks for 1 MiB of it, a response kafka-python 2.3 refuses
+    # above 1,000,000 bytes unless the consumer allows it (``make_consumer`` does). Refused, the
+    # connection is dropped and the fetch asked again: the ingest tests' read-back of 6,061 dead
+    # letters got 5,721 of them in 30 s.
+    kafka = KafkaSettings(kafka_bootstrap=kafka_bootstrap)
+    topic = f"backlog-{unique}"
+    create_topics(kafka, [new_topic(kafka, topic, 1)])
+    producer = make_producer(kafka, linger_ms=50)
+    try:
+        for k in range(3000):
+            producer.send(topic, value=k.to_bytes(4, "big") + bytes(1000))
+        producer.flush(timeout=60)
+    finally:
+        producer.close()
+
+    consumer = make_consumer(kafka, enable_auto_commit=False, fetch_max_wait_ms=100)
+    caplog.set_level(logging.WARNING, logger="kafka")
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        seen: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(seen) < 3000 and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                seen += [int.from_bytes(r.value[:4], "big") for r in records]
+    finally:
+        consumer.close()
+    assert seen == list(range(3000))
+    assert not [r.getMessage() for r in caplog.records if "Invalid frame length" in r.getMessage()]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 from live_builders import MB, executor_for, models
 from wait_helpers import wait_for
@@ -41,7 +41,7 @@ from prewarm import (
     OrderStatus,
     Tier,
 )
-from prewarm.kafka import ensure_control_topics
+from prewarm.kafka import ensure_control_topics, make_consumer
 from scheduler._kafka import OrderPublisher, StateFollower
 
 pytestmark = pytest.mark.slow
@@ -165,7 +165,7 @@ def _order(oid: str, model: str) -> Order:
 
 def _order_ids(kafka: KafkaSettings, expected: int) -> list[str]:
     """The ids of every record of the orders topic, read from the beginning."""
-    consumer = KafkaConsumer(bootstrap_servers=kafka.kafka_bootstrap.split(","), enable_auto_commit=False)
+    consumer = make_consumer(kafka, enable_auto_commit=False)
     try:
         tp = TopicPartition(kafka.topic_orders, 0)
         consumer.assign([tp])

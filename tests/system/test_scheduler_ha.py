@@ -17,12 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from kafka import KafkaConsumer
 from pg_schema import private_schema
 from wait_helpers import wait_for
 
 from models import Catalog, ModelSpec
-from prewarm import Order
+from prewarm import KafkaSettings, Order
+from prewarm.kafka import make_consumer
 
 pytestmark = pytest.mark.slow
 
@@ -60,9 +60,9 @@ def post_hint(port: int, model: str, eta_s: float) -> httpx.Response | None:
 
 def read_all_orders(bootstrap: str, topic: str, quiet_s: float = 3.0) -> list[Order]:
     """Every order on the topic, read until nothing new arrives for ``quiet_s``."""
-    consumer = KafkaConsumer(
+    consumer = make_consumer(
+        KafkaSettings(kafka_bootstrap=bootstrap),
         topic,
-        bootstrap_servers=bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         fetch_max_wait_ms=100,
