@@ -77,7 +77,8 @@ class OraclePolicy(Policy):
         self._ts, self._ms = ctx.future
         order = np.argsort(self._ms, kind="stable")
         models, first = np.unique(self._ms[order], return_index=True)
-        for m, chunk in zip(models, np.split(self._ts[order], first[1:]), strict=True):
+        chunks = np.split(self._ts[order], first[1:]) if models.size else []  # a window without requests
+        for m, chunk in zip(models, chunks, strict=True):
             self._times[str(m)] = np.sort(chunk).tolist()
         largest = max((s.size_bytes for s in ctx.catalog), default=0)
         self._lead_max = self._lead(largest, Tier.L3)

@@ -15,6 +15,7 @@ requests still wait for are played out, so that every wait is known.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -266,6 +267,7 @@ def compare(
 
     history = History.from_events(events)
     cut = history.start + train_days * 86400
+    _check_window(events, history.start, history.end, train_days, sim_hours)
     source = fit_forecasts(events, settings, cut=cut, families=families)
     return run_policies(
         events,
@@ -280,6 +282,25 @@ def compare(
         unlimited=unlimited,
         progress=progress,
     )
+
+
+def _check_window(events: Any, start: float, end: float, train_days: float, sim_hours: float) -> None:
+    """Refuse a split of the trace that leaves nothing to learn from or nothing to simulate, saying
+    where the trace's requests are (a window without requests measures nothing)."""
+    if not (math.isfinite(train_days) and train_days > 0):
+        raise InvalidInput(f"the training span must be a positive number of days, not {train_days}")
+    if not (math.isfinite(sim_hours) and sim_hours > 0):
+        raise InvalidInput(f"the simulated span must be a positive number of hours, not {sim_hours}")
+    cut = start + train_days * 86400
+    ts = np.asarray(events["timestamp"], dtype=np.float64)
+    span = f"the trace's requests span {(end - start) / 86400:.2f} days"
+    if not (ts < cut).any():
+        raise InvalidInput(f"no request in the first {train_days:g} days to train on: {span}")
+    if not ((ts >= cut) & (ts < cut + sim_hours * 3600)).any():
+        raise InvalidInput(
+            f"no request in the {sim_hours:g} hours after the first {train_days:g} days: {span}; "
+            "choose fewer training days or more simulated hours"
+        )
 
 
 def fit_forecasts(

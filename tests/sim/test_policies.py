@@ -302,6 +302,25 @@ def test_run_policies_keys_results_by_label_and_gives_each_its_own_forecast_sour
     assert source.seen == []  # the prewarm run observed a copy
 
 
+def test_every_policy_reports_a_window_without_requests_as_none_served() -> None:
+    # The oracle split the window's requests by model, and a window without any had crashed it.
+    results = run_policies(
+        _events([(CUT - 600, "m")]),
+        _catalog({"m": 14 * GB}),
+        None,
+        ["reactive", "keepalive:60", "histogram", "oracle"],
+        start=CUT,
+        end=CUT + HOUR,
+        unlimited=True,
+    )
+    assert {label: r.requests for label, r in results.items()} == {
+        "reactive": 0,
+        "keepalive:60": 0,
+        "histogram": 0,
+        "oracle": 0,
+    }
+
+
 def test_prewarm_gets_each_hint_as_sent_and_none_whose_window_ended_before_the_replay() -> None:
     # A hint of the training days ended long before the replay begins: sent at the first tick as if new,
     # it was planned (and judged) as a fresh one. A hint in the window keeps the time it was sent, not

@@ -77,6 +77,25 @@ def test_sim_run_unlimited_reports_gpu_memory_only_and_needs_no_cluster(trace: P
     assert data["oracle"]["cold_starts"] == 0
 
 
+@pytest.mark.parametrize(
+    ("train_days", "sim_hours", "said"),
+    [
+        ("3", "2", "no request in the 2 hours after the first 3 days: the trace's requests span 2.99 days"),
+        ("2", "0", "the simulated span must be a positive number of hours"),
+        ("nan", "2", "the training span must be a positive number of days"),
+        ("-1", "2", "the training span must be a positive number of days"),
+    ],
+)
+def test_sim_run_refuses_a_split_that_leaves_nothing_to_train_on_or_to_simulate(
+    trace: Path, train_days: str, sim_hours: str, said: str
+) -> None:
+    result = CliRunner().invoke(
+        app, ["sim", "run", "--trace", str(trace), "--train-days", train_days, "--sim-hours", sim_hours]
+    )
+    assert result.exit_code == 2, result.output
+    assert said in result.output
+
+
 def test_sim_run_rejects_an_unknown_policy(trace: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app, ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "1", "--policy", "lru"]
