@@ -92,13 +92,12 @@ def make_consumer(
 
     kafka-python 2.3 refuses any response frame above ``receive_message_max_bytes``, by default
     1,000,000 bytes, while its fetches ask for up to 1 MiB per partition: a consumer that meets a
-    partition with a megabyte of backlog gets ``InvalidReceiveError``, drops the connection and asks for
-    the same fetch again, and never reads past it (dpkp/kafka-python#3074, fixed after 2.3). The limit
+    partition with a megabyte of backlog gets ``InvalidReceiveError``, drops the connection and asks
+    again, a reconnect and a metadata refresh per refusal (dpkp/kafka-python#3074, fixed after 2.3). The limit
     here is the larger of the fetch's sizes (``fetch_max_bytes``, ``max_partition_fetch_bytes``) plus
     ``FRAME_HEADROOM_BYTES``, which also covers a record batch larger than both (returned whole, up to
     the broker's ``message.max.bytes``, 1 MB by default); a caller may still set it."""
-    fetch = {**FETCH_DEFAULTS, **{k: config[k] for k in FETCH_DEFAULTS if k in config}}
-    frame = max(fetch["fetch_max_bytes"], fetch["max_partition_fetch_bytes"]) + FRAME_HEADROOM_BYTES
+    frame = max(config.get(key, size) for key, size in FETCH_DEFAULTS.items()) + FRAME_HEADROOM_BYTES
     settings = {"receive_message_max_bytes": frame, **config}
     return KafkaConsumer(
         *topics,

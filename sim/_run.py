@@ -42,6 +42,8 @@ from sim._world import World
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from forecaster import History
+
 __all__ = ["WARMUP_S", "Progress", "compare", "fit_forecasts", "run_policies", "simulate"]
 
 WARMUP_S = 4 * 3600.0
@@ -266,8 +268,7 @@ def compare(
     from sim._scenario import virtual_catalog
 
     history = History.from_events(events)
-    cut = history.start + train_days * 86400
-    _check_window(events, history.start, history.end, train_days, sim_hours)
+    cut = _cut(events, history, train_days, sim_hours)
     source = fit_forecasts(events, settings, cut=cut, families=families)
     return run_policies(
         events,
@@ -284,16 +285,17 @@ def compare(
     )
 
 
-def _check_window(events: Any, start: float, end: float, train_days: float, sim_hours: float) -> None:
-    """Refuse a split of the trace that leaves nothing to learn from or nothing to simulate, saying
-    where the trace's requests are (a window without requests measures nothing)."""
+def _cut(events: Any, history: History, train_days: float, sim_hours: float) -> float:
+    """Where training ends and the simulated window begins. A split of the trace that leaves nothing
+    to learn from or nothing to simulate is refused, saying where the trace's requests are (a window
+    without requests measures nothing)."""
     if not (math.isfinite(train_days) and train_days > 0):
         raise InvalidInput(f"the training span must be a positive number of days, not {train_days}")
     if not (math.isfinite(sim_hours) and sim_hours > 0):
         raise InvalidInput(f"the simulated span must be a positive number of hours, not {sim_hours}")
-    cut = start + train_days * 86400
+    cut = history.start + train_days * 86400
     ts = np.asarray(events["timestamp"], dtype=np.float64)
-    span = f"the trace's requests span {(end - start) / 86400:.2f} days"
+    span = f"the trace's requests span {(history.end - history.start) / 86400:.2f} days"
     if not (ts < cut).any():
         raise InvalidInput(f"no request in the first {train_days:g} days to train on: {span}")
     if not ((ts >= cut) & (ts < cut + sim_hours * 3600)).any():
@@ -301,6 +303,7 @@ def _check_window(events: Any, start: float, end: float, train_days: float, sim_
             f"no request in the {sim_hours:g} hours after the first {train_days:g} days: {span}; "
             "choose fewer training days or more simulated hours"
         )
+    return cut
 
 
 def fit_forecasts(
