@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -17,7 +18,18 @@ import pandas as pd
 from forecaster._calendar import DAY_MIN
 from prewarm import InvalidInput
 
-__all__ = ["History"]
+__all__ = ["MAX_CELLS", "History"]
+
+MAX_CELLS = 1 << 28
+"""Most models × minutes one dense history holds (2 GiB of float64: 1,000 models over 186 days)."""
+
+
+def _utc(epoch: float) -> str:
+    """An epoch as a UTC date, or as the number when no calendar date has it."""
+    try:
+        return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except (OverflowError, OSError, ValueError):
+        return f"epoch {epoch:.0f} s"
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,13 @@ class History:
         first = int(np.floor(start / 60.0)) * 60
         last = float(end) if end is not None else (float(ts.max()) + 1.0 if ts.size else float(first))
         span = max(0, int(np.ceil((last - first) / 60.0)))
+        if len(models) * span > MAX_CELLS:
+            raise InvalidInput(
+                f"{len(models):,} models over {span / DAY_MIN:,.0f} days of minutes "
+                f"({_utc(first)} to {_utc(last)}) exceed the per-minute history's "
+                f"{MAX_CELLS:,} cells: is a timestamp far from the others (milliseconds, a wrong year)?",
+                reason="span",
+            )
         minute = np.floor((ts - first) / 60.0).astype(np.int64)
         keep = (minute >= 0) & (minute < span)
         flat = codes[keep] * span + minute[keep]

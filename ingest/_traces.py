@@ -26,6 +26,10 @@ _AZURE_MINUTES = 1440
 _AZURE_KEYS = ("HashOwner", "HashApp", "HashFunction", "Trigger")
 _HEX = re.compile(r"[0-9a-fA-F]{16,}")
 
+_MAX_EPOCH_S = 1e11
+"""Epoch seconds at or beyond this (the year 5138) are taken for milliseconds or microseconds: a
+millisecond epoch of any date after 1973 is above it."""
+
 TraceFormat = Literal["requests", "azure2019"]
 
 
@@ -139,8 +143,15 @@ def _read_requests(path: Path) -> pd.DataFrame:
     raw.columns = [str(c).strip() for c in raw.columns]
     missing = [c for c in ("timestamp", "model") if c not in raw.columns]
     if missing:
+        if all(key in raw.columns for key in _AZURE_KEYS):
+            raise InvalidInput(
+                f"{path}: an Azure 2019 invocations file, not a 'timestamp,model' trace: "
+                "read it with --format azure2019",
+                reason="header",
+            )
+        found = ", ".join(list(raw.columns)[:8]) + (" ..." if len(raw.columns) > 8 else "")
         raise InvalidInput(
-            f"{path}: header must contain 'timestamp,model', missing {missing} (found {list(raw.columns)})",
+            f"{path}: header must contain 'timestamp,model', missing {missing} (found {found})",
             reason="header",
         )
     stamps = raw["timestamp"].fillna("").astype(str).str.strip()
@@ -158,6 +169,14 @@ def _read_requests(path: Path) -> pd.DataFrame:
         raise InvalidInput(
             f"{path}: line {row + 2}, column timestamp: expected epoch seconds or ISO-8601, "
             f"got {raw['timestamp'].iloc[row]!r}",
+            reason="row",
+        )
+    late = np.abs(numeric) >= _MAX_EPOCH_S
+    if late.any():
+        row = int(np.flatnonzero(late)[0])
+        raise InvalidInput(
+            f"{path}: line {row + 2}, column timestamp: {raw['timestamp'].iloc[row]!r} is not epoch "
+            "seconds of this era (milliseconds or microseconds?)",
             reason="row",
         )
     models = raw["model"].fillna("").astype(str).str.strip()

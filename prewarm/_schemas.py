@@ -158,7 +158,7 @@ DEMAND_SOURCE = "demand"
 class Hint(_Wire):
     """A business hint: the model will probably be wanted ``eta_s`` seconds from now."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     v: Literal[1] = 1
     model: ModelId

@@ -83,21 +83,34 @@ def compare_trace(
     quiet: bool,
 ) -> dict[str, SimMetrics]:
     """``sim.compare`` on a trace with the files the options name, a progress bar unless ``quiet``:
-    what ``sim run`` and ``sim sweep`` both do."""
+    what ``sim run`` and ``sim sweep`` both do. Requests for models the catalog lacks are not simulated,
+    and said so on stderr; a hint for one is refused, naming its line."""
     from models import Catalog
     from scheduler import Cluster
     from sim import compare, read_hints
 
+    catalog = Catalog.load(catalog_file) if catalog_file else None
+    requested = set(events["model"].unique().tolist())
+    served = {spec.id for spec in catalog} if catalog is not None else requested
+    missing = events["model"][~events["model"].isin(served)]
+    if len(missing):
+        names = sorted(set(missing.tolist()))
+        listed = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+        typer.echo(
+            f"warning: {len(missing):,} requests for {len(names)} model(s) missing from the catalog are "
+            f"not simulated: {listed}",
+            err=True,
+        )
     with progress_bar(not quiet) as progress:
         return compare(
             events,
             settings_of(ctx),
             train_days=train_days,
             sim_hours=sim_hours,
-            catalog=Catalog.load(catalog_file) if catalog_file else None,
+            catalog=catalog,
             cluster=Cluster.load(cluster_file) if cluster_file else None,
             labels=labels,
-            hints=read_hints(hints_file) if hints_file else (),
+            hints=read_hints(hints_file, served) if hints_file else (),
             unlimited=unlimited,
             progress=progress,
         )

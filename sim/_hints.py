@@ -1,14 +1,15 @@
 """Hints for a simulation, from the design's hints CSV: ``timestamp,model,ttl_s``.
 
-Each row is a hint received at ``timestamp`` (epoch seconds or ISO-8601) that ``model`` will be wanted
-from then for ``ttl_s`` seconds, as a product page would send it.
+Each row is a hint received at ``timestamp`` (epoch seconds or ISO-8601, UTC when it names no zone)
+that ``model`` will be wanted from then for ``ttl_s`` seconds, as a product page would send it.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from datetime import datetime
+from collections.abc import Collection
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -25,17 +26,18 @@ def _epoch(text: str) -> float:
         value = float(text)
     except ValueError:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))  # ValueError when it is neither
-        if parsed.tzinfo is None:
-            raise ValueError("an ISO-8601 time needs a time zone") from None
+        if parsed.tzinfo is None:  # UTC, as in trace files
+            parsed = parsed.replace(tzinfo=UTC)
         return parsed.timestamp()
     if not math.isfinite(value):
         raise ValueError("not finite")
     return value
 
 
-def read_hints(path: str | Path) -> tuple[Hint, ...]:
+def read_hints(path: str | Path, models: Collection[str] | None = None) -> tuple[Hint, ...]:
     """The hints of a CSV file, in file order. A missing column or a bad row is ``InvalidInput`` naming
-    the line."""
+    the line, and so is a hint for a model outside ``models`` (when given: the catalog the hints are
+    for)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -64,6 +66,11 @@ def read_hints(path: str | Path) -> tuple[Hint, ...]:
                 f"got {cell['timestamp']!r}",
                 reason="row",
             ) from None
+        if models is not None and cell["model"] not in models:
+            raise InvalidInput(
+                f"{path}: line {line}, column model: {cell['model']!r} is not a model of the catalog",
+                reason="row",
+            )
         try:
             hints.append(Hint(model=cell["model"], ttl_s=cell["ttl_s"], received_at=at, source="hints-csv"))
         except ValidationError as exc:

@@ -79,6 +79,8 @@ MIN_IDLE_TIMES = 10
 MIN_CV = 2.0
 MAX_OUT_OF_BOUNDS_SHARE = 0.5
 DEFAULT_RANGE_MIN = 240
+MAX_RANGE_MIN = 7 * 1440
+"""The longest range the knob takes: a bin per minute of a week, per model (the paper's is 4 hours)."""
 
 
 @dataclass(frozen=True)
@@ -328,8 +330,11 @@ class HistogramPolicy(Policy):
 
 def _histogram(label: str, knob: str | None, inputs: PolicyInputs) -> Policy:
     minutes = knob_float(label, knob, float(DEFAULT_RANGE_MIN))
-    if minutes != int(minutes) or minutes < 1:
-        raise InvalidInput(f"policy {label!r}: the histogram's range is a whole number of minutes ≥ 1")
+    if minutes != int(minutes) or not 1 <= minutes <= MAX_RANGE_MIN:
+        raise InvalidInput(
+            f"policy {label!r}: the histogram's range is a whole number of minutes from 1 to "
+            f"{MAX_RANGE_MIN:,} (a week)"
+        )
     return HistogramPolicy(int(minutes), name=label)
 
 

@@ -49,6 +49,9 @@ __all__ = ["WARMUP_S", "Progress", "compare", "fit_forecasts", "run_policies", "
 WARMUP_S = 4 * 3600.0
 """How much of the training span each policy replays before the cut."""
 
+_MAX_PAST_END_S = 86400.0
+"""How far the simulated window may run past the trace's last request (a trace has no declared end)."""
+
 Progress = Callable[[str, float], None]
 """``progress(label, fraction of the window simulated)``, called now and then."""
 
@@ -268,11 +271,12 @@ def compare(
     from sim._scenario import virtual_catalog
 
     history = History.from_events(events)
-    cut = _cut(events, history, train_days, sim_hours)
+    catalog = catalog or virtual_catalog(history.models)
+    cut = _cut(events, history, catalog, train_days=train_days, sim_hours=sim_hours)
     source = fit_forecasts(events, settings, cut=cut, families=families)
     return run_policies(
         events,
-        catalog or virtual_catalog(history.models),
+        catalog,
         cluster,
         list(labels) if labels is not None else available(),
         start=cut,
@@ -285,23 +289,41 @@ def compare(
     )
 
 
-def _cut(events: Any, history: History, train_days: float, sim_hours: float) -> float:
+def _cut(events: Any, history: History, catalog: Catalog, *, train_days: float, sim_hours: float) -> float:
     """Where training ends and the simulated window begins. A split of the trace that leaves nothing
     to learn from or nothing to simulate is refused, saying where the trace's requests are (a window
-    without requests measures nothing)."""
+    without requests of the catalog's models measures nothing), and so is a window that runs more than
+    a day past the trace's last request (an hour of it costs the clock 60 ticks and measures nothing)."""
     if not (math.isfinite(train_days) and train_days > 0):
         raise InvalidInput(f"the training span must be a positive number of days, not {train_days}")
     if not (math.isfinite(sim_hours) and sim_hours > 0):
         raise InvalidInput(f"the simulated span must be a positive number of hours, not {sim_hours}")
     cut = history.start + train_days * 86400
+    end = cut + sim_hours * 3600
     ts = np.asarray(events["timestamp"], dtype=np.float64)
     span = f"the trace's requests span {(history.end - history.start) / 86400:.2f} days"
     if not (ts < cut).any():
         raise InvalidInput(f"no request in the first {train_days:g} days to train on: {span}")
-    if not ((ts >= cut) & (ts < cut + sim_hours * 3600)).any():
+    in_window = (ts >= cut) & (ts < end)
+    if not in_window.any():
         raise InvalidInput(
             f"no request in the {sim_hours:g} hours after the first {train_days:g} days: {span}; "
             "choose fewer training days or more simulated hours"
+        )
+    past = end - float(ts.max())
+    if past > _MAX_PAST_END_S:
+        most = math.floor((float(ts.max()) + _MAX_PAST_END_S - cut) / 3600)
+        raise InvalidInput(
+            f"the simulated window runs {past / 86400:,.1f} days past the trace's last request: {span}; "
+            f"simulate at most {most:,} hours after the first {train_days:g} days"
+        )
+    ids = {spec.id for spec in catalog}
+    names = np.asarray(events["model"], dtype=str)[in_window]
+    if not np.isin(names, list(ids)).any():
+        sample = ", ".join(sorted(set(names.tolist()))[:5])
+        raise InvalidInput(
+            f"none of the {len(names):,} requests in the simulated window is for a model of the catalog "
+            f"(they are for {sample}{' ...' if len(set(names.tolist())) > 5 else ''})"
         )
     return cut
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import forecaster
@@ -135,3 +136,9 @@ def test_every_family_fits_and_compiles_a_week_table(synthetic_small: tuple[Hist
             assert week.shape == (7 * 1440,), alias
             assert np.all(np.isfinite(week)), alias
             assert np.all(week >= 0), alias
+
+
+def test_a_history_spanning_centuries_is_refused_before_its_matrix_is_allocated() -> None:
+    events = pd.DataFrame({"timestamp": [1_709_942_400.0, 1_709_942_400.0 + 1000 * 365 * DAY], "model": "a"})
+    with pytest.raises(InvalidInput, match=r"2024-03-09 00:00 UTC to .* exceed the per-minute history"):
+        History.from_events(events)

@@ -54,6 +54,17 @@ def test_missing_header_column_is_invalid_input(tmp_path: Path) -> None:
         read_trace(_write(tmp_path, "time,model\n1,a\n"))
 
 
+def test_a_millisecond_epoch_is_named_by_its_line_not_read_as_a_date_millennia_ahead(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match=r"line 4, column timestamp: '1709942400124' .*milliseconds"):
+        read_trace(_write(tmp_path, "timestamp,model\n1709942400,a\n1709942460,b\n1709942400124,a\n"))
+
+
+def test_an_azure_file_read_as_requests_says_which_format_reads_it(azure_sample: Path) -> None:
+    with pytest.raises(InvalidInput, match="--format azure2019") as caught:
+        read_trace(azure_sample, "requests")
+    assert len(str(caught.value)) < 300  # not the file's 1,444 column names
+
+
 def test_missing_file_is_invalid_input(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="no such trace file"):
         read_trace(tmp_path / "absent.csv")

@@ -24,6 +24,7 @@ def test_each_row_of_a_hints_csv_is_a_hint_received_at_its_timestamp(tmp_path: P
         ("yesterday,chat-7b,600", "timestamp"),
         ("1704067200,chat-7b,-1", "ttl_s"),
         ("1704067200,,600", "model"),
+        ("1704067200,chat-7b,nan", "ttl_s: Input should be a finite number"),
     ],
 )
 def test_a_bad_hint_row_is_invalid_input_naming_its_line(tmp_path: Path, row: str, column: str) -> None:
@@ -38,3 +39,17 @@ def test_a_hints_file_without_its_columns_is_invalid_input(tmp_path: Path) -> No
     path.write_text("when,model\n1704067200,chat-7b\n")
     with pytest.raises(InvalidInput, match="ttl_s"):
         read_hints(path)
+
+
+def test_an_iso_time_without_a_zone_is_utc_as_in_trace_files(tmp_path: Path) -> None:
+    path = tmp_path / "hints.csv"
+    path.write_text("timestamp,model,ttl_s\n2024-01-01T01:00:00,chat-7b,600\n")
+    assert read_hints(path)[0].received_at == 1704070800.0
+
+
+def test_a_hint_for_a_model_outside_the_catalog_is_invalid_input_naming_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "hints.csv"
+    path.write_text("timestamp,model,ttl_s\n1704067200,chat-7b,600\n1704067200,chat-70b,600\n")
+    assert len(read_hints(path)) == 2
+    with pytest.raises(InvalidInput, match="line 3, column model: 'chat-70b' is not a model of the catalog"):
+        read_hints(path, {"chat-7b"})

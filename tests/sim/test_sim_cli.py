@@ -84,6 +84,11 @@ def test_sim_run_unlimited_reports_gpu_memory_only_and_needs_no_cluster(trace: P
         ("2", "0", "the simulated span must be a positive number of hours"),
         ("nan", "2", "the training span must be a positive number of days"),
         ("-1", "2", "the training span must be a positive number of days"),
+        (
+            "2",
+            "1e9",
+            "past the trace's last request: the trace's requests span 2.99 days; simulate at most 47 hours",
+        ),
     ],
 )
 def test_sim_run_refuses_a_split_that_leaves_nothing_to_train_on_or_to_simulate(
@@ -102,3 +107,43 @@ def test_sim_run_rejects_an_unknown_policy(trace: Path, tmp_path: Path) -> None:
     )
     assert result.exit_code == 2, result.output
     assert "unknown policy 'lru'" in result.output
+
+
+def test_sim_run_refuses_a_histogram_range_past_a_week_before_allocating_its_bins(trace: Path) -> None:
+    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "1"]
+    result = CliRunner().invoke(app, [*args, "--policy", "histogram:1e9"])
+    assert result.exit_code == 2, result.output
+    assert "whole number of minutes from 1 to 10,080" in result.output
+
+
+def _catalog(trace: Path, path: Path, drop: set[str]) -> Path:
+    import pandas as pd
+
+    from sim import virtual_catalog
+
+    models = sorted(set(pd.read_csv(trace)["model"]) - drop)
+    virtual_catalog(models).save(path)
+    return path
+
+
+def test_sim_run_says_which_requests_it_does_not_simulate_for_want_of_a_catalog_entry(
+    trace: Path, tmp_path: Path
+) -> None:
+    catalog = _catalog(trace, tmp_path / "catalog.yaml", {"syn-0001"})
+    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "2"]
+    result = CliRunner().invoke(app, [*args, "--catalog", str(catalog), "--policy", "reactive"])
+    assert result.exit_code == 0, result.output
+    assert "model(s) missing from the catalog are not simulated: syn-0001" in result.output
+
+
+def test_sim_run_refuses_a_window_whose_requests_are_all_for_models_outside_the_catalog(
+    trace: Path, tmp_path: Path
+) -> None:
+    from sim import virtual_catalog
+
+    catalog = tmp_path / "catalog.yaml"
+    virtual_catalog(["other-model"]).save(catalog)
+    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "1"]
+    result = CliRunner().invoke(app, [*args, "--catalog", str(catalog), "--policy", "reactive"])
+    assert result.exit_code == 2, result.output
+    assert "requests in the simulated window is for a model of the catalog" in result.output
