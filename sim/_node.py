@@ -77,7 +77,7 @@ class Copy:
     last_used: float | None = None
     prefetched: bool = False  # brought in speculatively and not used since
     bet: bool = False  # the copy a prefetch was for: leaving while still unused, it was mispredicted
-    counted: bool = False  # that prefetch was made in the window
+    counted: bool = False  # the prefetch that made it was ordered in the window (``Job.counted``)
     staged: bool = False  # put on disk by a prefetch for the disk, and read by no load since
     gpus: tuple[int, ...] = ()
     pins: int = 0  # hops reading from it
@@ -136,6 +136,7 @@ class Job:
     blocked_on: Tier | None = None  # the tier it waits for room in, while blocked
     done: bool = False
     coming: int = 0  # GPU bytes it is to take on its node and does not hold yet (``Node.coming``)
+    counted: bool = False  # a prefetch ordered in the window (its copy's guess is settled there)
 
     def landed(self) -> None:
         self.node.world.hop_landed(self)

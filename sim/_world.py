@@ -384,7 +384,7 @@ class World:
             prefetched=speculative,
             bet=speculative and tier is job.target,
             staged=not job.demand and tier is Tier.L2 and job.target is Tier.L2,
-            counted=self.record.counts(now),
+            counted=job.counted,
             gpus=gpus,
             job=job,
         )
@@ -478,7 +478,8 @@ class World:
                 return OrderStatus.FAILED
             job = self._job(node, model, order.tier, demand=order.demand, order=order)
             speculative = order.action is OrderAction.PREFETCH and not order.demand
-            if speculative and self.record.counts(now):
+            job.counted = speculative and self.record.counts(now)
+            if job.counted:
                 if order.tier is Tier.L2:
                     self.record.disk_stagings += 1
                 else:

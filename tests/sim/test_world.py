@@ -464,6 +464,33 @@ def test_copies_staged_on_disk_on_a_guess_are_counted_and_so_are_those_no_load_r
     assert (result.prefetches, result.disk_stagings, result.disk_stagings_unread) == (0, 3, 2)
 
 
+class _Guesser(Policy):
+    """Orders ``big`` into GPU memory at its first tick, and nothing after."""
+
+    name = "guesser"
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog, self.done = catalog, False
+
+    def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
+        if self.done:
+            return []
+        self.done = True
+        return [_order("big", OrderAction.PREFETCH, Tier.L0, now, self.catalog)]
+
+
+@pytest.mark.parametrize(("ordered_before_start_s", "counted"), [(10.0, 0), (0.0, 1)])
+def test_an_unused_prefetch_is_a_misprediction_of_the_window_its_order_was_counted_in(
+    ordered_before_start_s: float, counted: int
+) -> None:
+    # 50 GB over a 1 GB/s link: ordered 10 s before the window, it lands 40 s into it, and goes unused.
+    catalog = _catalog({"s": GB, "big": 50 * GB})
+    world = World(_cluster(("80GB",)), catalog, start=T0, end=T0 + 7200)
+    policy = _Guesser(catalog)
+    result = simulate(policy, world, [T0 + 1800], ["s"], warmup_s=ordered_before_start_s)
+    assert (result.prefetches, result.mispredictions) == (counted, counted)
+
+
 def test_a_backlog_of_prefetches_no_request_waits_on_does_not_make_a_cluster_unstable() -> None:
     # 1.5 TB ordered onto disk over a 0.1 GB/s link: 15,000 s of downloads in a 2-hour window. Loads
     # on request pre-empt them, so the requests (1 GB every 10 minutes) still find the link free.
