@@ -18,7 +18,7 @@ import pandas as pd
 from forecaster._calendar import DAY_MIN
 from prewarm import InvalidInput
 
-__all__ = ["MAX_CELLS", "History"]
+__all__ = ["History"]
 
 MAX_CELLS = 1 << 28
 """Most models × minutes one dense history holds (2 GiB of float64: 1,000 models over 186 days)."""

@@ -90,8 +90,7 @@ def compare_trace(
     from sim import compare, read_hints
 
     catalog = Catalog.load(catalog_file) if catalog_file else None
-    requested = set(events["model"].unique().tolist())
-    served = {spec.id for spec in catalog} if catalog is not None else requested
+    served = set(catalog.ids()) if catalog is not None else set(events["model"].unique().tolist())
     missing = events["model"][~events["model"].isin(served)]
     if len(missing):
         names = sorted(set(missing.tolist()))

@@ -317,13 +317,12 @@ def _cut(events: Any, history: History, catalog: Catalog, *, train_days: float, 
             f"the simulated window runs {past / 86400:,.1f} days past the trace's last request: {span}; "
             f"simulate at most {most:,} hours after the first {train_days:g} days"
         )
-    ids = {spec.id for spec in catalog}
     names = np.asarray(events["model"], dtype=str)[in_window]
-    if not np.isin(names, list(ids)).any():
-        sample = ", ".join(sorted(set(names.tolist()))[:5])
+    if not np.isin(names, list(catalog.ids())).any():
+        asked = sorted(set(names.tolist()))
         raise InvalidInput(
             f"none of the {len(names):,} requests in the simulated window is for a model of the catalog "
-            f"(they are for {sample}{' ...' if len(set(names.tolist())) > 5 else ''})"
+            f"(they are for {', '.join(asked[:5])}{' ...' if len(asked) > 5 else ''})"
         )
     return cut
 
