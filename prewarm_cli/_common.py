@@ -16,7 +16,16 @@ from typer.core import TyperGroup
 
 from prewarm import ConfigError, InvalidInput, PrewarmError, Settings, UnknownModel
 
-__all__ = ["app_group", "bench_app", "catalog_path", "fail", "parse_time", "settings_of", "write_json"]
+__all__ = [
+    "app_group",
+    "bench_app",
+    "catalog_path",
+    "check_png",
+    "fail",
+    "parse_time",
+    "settings_of",
+    "write_json",
+]
 
 # Errors the user can fix by changing what they passed: exit status 2, like a usage error.
 _USAGE_ERRORS = (ConfigError, InvalidInput, UnknownModel)
@@ -83,6 +92,12 @@ def write_json(payload: Any, out: Path | None) -> None:
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
+
+
+def check_png(path: Path | None, option: str = "--png") -> None:
+    """Refuse, before any work, a plot file matplotlib would not write as a PNG."""
+    if path is not None and path.suffix.lower() != ".png":
+        raise InvalidInput(f"{option} {path}: the plot is drawn as a PNG, name a .png file")
 
 
 def parse_time(value: str, option: str = "time") -> float:

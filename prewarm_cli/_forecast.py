@@ -15,7 +15,7 @@ from typing import Any, Literal
 import typer
 
 from prewarm import InvalidInput, Settings
-from prewarm_cli._common import app_group, bench_app, parse_time, progress, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, check_png, parse_time, progress, settings_of, write_json
 
 app = app_group("Train, inspect and backtest the per-model demand forecasters.")
 
@@ -96,6 +96,7 @@ def show(
     from forecaster import load_forecaster, tracking_uri_of
     from prewarm import UnknownModel
 
+    check_png(png)
     settings = settings_of(ctx)
     f = settings.forecast
     uri = source or f"models:/{f.registered_model}@champion"

@@ -13,7 +13,7 @@ from typing import Any, Literal, cast
 import typer
 
 from prewarm import InvalidInput
-from prewarm_cli._common import write_json
+from prewarm_cli._common import check_png, write_json
 
 __all__ = ["parse_grid", "sweep"]
 
@@ -79,6 +79,7 @@ def sweep(
     from sim import DEFAULT_KNOBS, policy_kinds
     from sim import sweep as run_sweep
 
+    check_png(png)
     kinds = policy_kinds()
     grid = parse_grid(policies, knobs, {k: v for k, v in DEFAULT_KNOBS.items() if k in kinds})
     unknown = [kind for kind in grid if kind not in kinds]

@@ -87,6 +87,14 @@ def test_backtest_with_a_bad_time_is_a_usage_error(tmp_path: Path) -> None:
     assert "--train-until" in result.output
 
 
+def test_show_refuses_a_plot_file_that_is_not_a_png_before_loading_a_forecaster(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["forecast", "show", "m", "--from", str(tmp_path / "absent"), "--png", str(tmp_path / "p.jpg")]
+    )
+    assert result.exit_code == 2, result.output
+    assert "p.jpg: the plot is drawn as a PNG, name a .png file" in result.output
+
+
 @pytest.mark.usefixtures("clean_env")  # the store must be this test's SQLite file, not the stack's
 def test_train_from_the_store_then_show_a_model(tmp_path: Path) -> None:
     from ingest import Cell, DemandStore

@@ -216,3 +216,12 @@ def test_sweep_command_refuses_an_unknown_policy(tmp_path: Path) -> None:
     result = CliRunner().invoke(_app(), ["sweep", "--trace", str(trace), "--policy", "nonesuch"])
     assert result.exit_code != 0
     assert "nonesuch" in str(result.exception) + result.output
+
+
+def test_sweep_command_refuses_a_plot_file_that_is_not_a_png_before_it_sweeps(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,model\n1704067200,a\n")
+    result = CliRunner().invoke(_app(), ["sweep", "--trace", str(trace), "--png", str(tmp_path / "p.txt")])
+    assert result.exit_code != 0
+    assert "name a .png file" in str(result.exception) + result.output
+    assert not (tmp_path / "p.txt").exists()
