@@ -19,18 +19,25 @@ from prewarm import Hint, InvalidInput
 __all__ = ["read_hints"]
 
 _COLUMNS = ("timestamp", "model", "ttl_s")
+_MAX_EPOCH_S = 1e11  # the year 5138, as trace files (``ingest.read_trace``): beyond it, milliseconds
 
 
 def _epoch(text: str) -> float:
+    """Epoch seconds from a number or ISO-8601; ``ValueError`` saying what is wrong otherwise."""
     try:
         value = float(text)
     except ValueError:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))  # ValueError when it is neither
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"expected epoch seconds or ISO-8601, got {text!r}") from None
         if parsed.tzinfo is None:  # UTC, as in trace files
             parsed = parsed.replace(tzinfo=UTC)
         return parsed.timestamp()
     if not math.isfinite(value):
-        raise ValueError("not finite")
+        raise ValueError(f"expected epoch seconds or ISO-8601, got {text!r}")
+    if abs(value) >= _MAX_EPOCH_S:
+        raise ValueError(f"{text!r} is not epoch seconds of this era (milliseconds or microseconds?)")
     return value
 
 
@@ -60,12 +67,8 @@ def read_hints(path: str | Path, models: Collection[str] | None = None) -> tuple
         cell = {c: row[i].strip() for c, i in where.items()}
         try:
             at = _epoch(cell["timestamp"])
-        except ValueError:
-            raise InvalidInput(
-                f"{path}: line {line}, column timestamp: expected epoch seconds or ISO-8601, "
-                f"got {cell['timestamp']!r}",
-                reason="row",
-            ) from None
+        except ValueError as exc:
+            raise InvalidInput(f"{path}: line {line}, column timestamp: {exc}", reason="row") from None
         if models is not None and cell["model"] not in models:
             raise InvalidInput(
                 f"{path}: line {line}, column model: {cell['model']!r} is not a model of the catalog",

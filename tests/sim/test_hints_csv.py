@@ -25,6 +25,7 @@ def test_each_row_of_a_hints_csv_is_a_hint_received_at_its_timestamp(tmp_path: P
         ("1704067200,chat-7b,-1", "ttl_s"),
         ("1704067200,,600", "model"),
         ("1704067200,chat-7b,nan", "ttl_s: Input should be a finite number"),
+        ("1704067200000,chat-7b,600", "timestamp: .*milliseconds"),
     ],
 )
 def test_a_bad_hint_row_is_invalid_input_naming_its_line(tmp_path: Path, row: str, column: str) -> None:
