@@ -48,7 +48,9 @@ def produce(kafka: KafkaSettings, values: Sequence[tuple[bytes | None, bytes]]) 
 
 
 def read_all(kafka: KafkaSettings, topic: str, expected: int, timeout_s: float = 30.0) -> list[Any]:
-    """Every record of ``topic`` from the beginning, once at least ``expected`` have arrived."""
+    """Every record of ``topic`` from the beginning to its end, once at least ``expected`` have arrived.
+    Read to the end offsets, not to ``expected`` records: a topic a killed writer re-sent to holds
+    duplicates, and stopping at ``expected`` records left distinct ones unread."""
     consumer = make_consumer(kafka, enable_auto_commit=False, consumer_timeout_ms=1000)
     try:
         deadline = time.monotonic() + timeout_s
@@ -67,10 +69,9 @@ def read_all(kafka: KafkaSettings, topic: str, expected: int, timeout_s: float =
             for batch in consumer.poll(timeout_ms=500).values():
                 records.extend(batch)
             if len(records) >= expected:
-                # Drain what is left, then stop.
-                for batch in consumer.poll(timeout_ms=500).values():
-                    records.extend(batch)
-                break
+                ends = consumer.end_offsets(tps)
+                if all(consumer.position(tp) >= ends[tp] for tp in tps):
+                    break
         return records
     finally:
         consumer.close()
