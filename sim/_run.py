@@ -317,7 +317,7 @@ def _cut(events: Any, history: History, catalog: Catalog, *, train_days: float, 
             f"the simulated window runs {past / 86400:,.1f} days past the trace's last request: {span}; "
             f"simulate at most {most:,} hours after the first {train_days:g} days"
         )
-    names = np.asarray(events["model"], dtype=str)[in_window]
+    names = events["model"].to_numpy()[in_window].astype(str)
     if not np.isin(names, list(catalog.ids())).any():
         asked = sorted(set(names.tolist()))
         raise InvalidInput(

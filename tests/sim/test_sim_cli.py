@@ -4,11 +4,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from ingest import generate
 from prewarm_cli import app
+from sim import virtual_catalog
 
 # The keys of the ``prewarm sim run --json`` contract (issue 11).
 CONTRACT = {
@@ -116,20 +118,11 @@ def test_sim_run_refuses_a_histogram_range_past_a_week_before_allocating_its_bin
     assert "whole number of minutes from 1 to 10,080" in result.output
 
 
-def _catalog(trace: Path, path: Path, drop: set[str]) -> Path:
-    import pandas as pd
-
-    from sim import virtual_catalog
-
-    models = sorted(set(pd.read_csv(trace)["model"]) - drop)
-    virtual_catalog(models).save(path)
-    return path
-
-
 def test_sim_run_says_which_requests_it_does_not_simulate_for_want_of_a_catalog_entry(
     trace: Path, tmp_path: Path
 ) -> None:
-    catalog = _catalog(trace, tmp_path / "catalog.yaml", {"syn-0001"})
+    catalog = tmp_path / "catalog.yaml"
+    virtual_catalog(sorted(set(pd.read_csv(trace)["model"]) - {"syn-0001"})).save(catalog)
     args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "2"]
     result = CliRunner().invoke(app, [*args, "--catalog", str(catalog), "--policy", "reactive"])
     assert result.exit_code == 0, result.output
@@ -139,8 +132,6 @@ def test_sim_run_says_which_requests_it_does_not_simulate_for_want_of_a_catalog_
 def test_sim_run_refuses_a_window_whose_requests_are_all_for_models_outside_the_catalog(
     trace: Path, tmp_path: Path
 ) -> None:
-    from sim import virtual_catalog
-
     catalog = tmp_path / "catalog.yaml"
     virtual_catalog(["other-model"]).save(catalog)
     args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "1"]

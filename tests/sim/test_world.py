@@ -437,46 +437,32 @@ def test_a_cluster_that_cannot_keep_up_is_reported_unstable() -> None:
     assert light.offered_load < 1.0
 
 
-class _Hoarder(Policy):
-    """Orders every model but ``s`` onto disk at its first tick, and nothing after."""
+class _FirstTick(Policy):
+    """Prefetches ``models`` into ``tier`` at its first tick, and orders nothing after."""
 
-    name = "hoarder"
+    name = "first-tick"
 
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog, self.done = catalog, False
+    def __init__(self, catalog: Catalog, models: Sequence[str], tier: Tier) -> None:
+        self.catalog, self.models, self.tier, self.done = catalog, models, tier, False
 
     def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
         if self.done:
             return []
         self.done = True
-        return [
-            _order(m, OrderAction.PREFETCH, Tier.L2, now, self.catalog)
-            for m in self.catalog.ids()
-            if m != "s"
-        ]
+        return [_order(m, OrderAction.PREFETCH, self.tier, now, self.catalog) for m in self.models]
+
+
+def _hoarder(catalog: Catalog) -> Policy:
+    """Stages every model but ``s`` on disk at the first tick."""
+    return _FirstTick(catalog, [m for m in catalog.ids() if m != "s"], Tier.L2)
 
 
 def test_copies_staged_on_disk_on_a_guess_are_counted_and_so_are_those_no_load_read() -> None:
     # The hoarder stages big0..big2 on disk; requests read big0 only. big1 and big2 are unread.
     catalog = _catalog({"s": GB, **{f"big{k}": 50 * GB for k in range(3)}})
     world = World(_cluster(("80GB",)), catalog, start=T0, end=T0 + 7200)
-    result = simulate(_Hoarder(catalog), world, [T0 + 1800, T0 + 1900], ["big0", "s"], warmup_s=0)
+    result = simulate(_hoarder(catalog), world, [T0 + 1800, T0 + 1900], ["big0", "s"], warmup_s=0)
     assert (result.prefetches, result.disk_stagings, result.disk_stagings_unread) == (0, 3, 2)
-
-
-class _Guesser(Policy):
-    """Orders ``big`` into GPU memory at its first tick, and nothing after."""
-
-    name = "guesser"
-
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog, self.done = catalog, False
-
-    def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
-        if self.done:
-            return []
-        self.done = True
-        return [_order("big", OrderAction.PREFETCH, Tier.L0, now, self.catalog)]
 
 
 @pytest.mark.parametrize(("ordered_before_start_s", "counted"), [(10.0, 0), (0.0, 1)])
@@ -486,7 +472,7 @@ def test_an_unused_prefetch_is_a_misprediction_of_the_window_its_order_was_count
     # 50 GB over a 1 GB/s link: ordered 10 s before the window, it lands 40 s into it, and goes unused.
     catalog = _catalog({"s": GB, "big": 50 * GB})
     world = World(_cluster(("80GB",)), catalog, start=T0, end=T0 + 7200)
-    policy = _Guesser(catalog)
+    policy = _FirstTick(catalog, ["big"], Tier.L0)
     result = simulate(policy, world, [T0 + 1800], ["s"], warmup_s=ordered_before_start_s)
     assert (result.prefetches, result.mispredictions) == (counted, counted)
 
@@ -498,7 +484,7 @@ def test_a_backlog_of_prefetches_no_request_waits_on_does_not_make_a_cluster_uns
     cluster = _cluster(("80GB",), l3=0.1e9)
     times = [T0 + 600 * k + 1 for k in range(12)]
     world = World(cluster, catalog, start=T0, end=T0 + 7200)
-    result = simulate(_Hoarder(catalog), world, times, ["s"] * 12, warmup_s=0)
+    result = simulate(_hoarder(catalog), world, times, ["s"] * 12, warmup_s=0)
     assert world.record.bytes_moved["L3->L2"] < 0.75e12  # the backlog was there
     assert result.stable
     assert result.offered_load < 0.05  # 12 GB asked of 720 GB
