@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from prewarm import InvalidInput, validate_model_id
+from prewarm import MAX_EPOCH_S, InvalidInput, not_epoch_seconds, validate_model_id
 
 __all__ = ["AZURE2019_DEFAULT_START", "azure2019_minute_counts", "azure_model_id", "read_trace"]
 
@@ -25,10 +25,6 @@ AZURE2019_DEFAULT_START = 1563148800.0  # 2019-07-15T00:00:00Z, a Monday
 _AZURE_MINUTES = 1440
 _AZURE_KEYS = ("HashOwner", "HashApp", "HashFunction", "Trigger")
 _HEX = re.compile(r"[0-9a-fA-F]{16,}")
-
-_MAX_EPOCH_S = 1e11
-"""Epoch seconds at or beyond this (the year 5138) are taken for milliseconds or microseconds: a
-millisecond epoch of any date after 1973 is above it."""
 
 TraceFormat = Literal["requests", "azure2019"]
 
@@ -171,12 +167,11 @@ def _read_requests(path: Path) -> pd.DataFrame:
             f"got {raw['timestamp'].iloc[row]!r}",
             reason="row",
         )
-    late = np.abs(numeric) >= _MAX_EPOCH_S
+    late = np.abs(numeric) >= MAX_EPOCH_S
     if late.any():
         row = int(np.flatnonzero(late)[0])
         raise InvalidInput(
-            f"{path}: line {row + 2}, column timestamp: {raw['timestamp'].iloc[row]!r} is not epoch "
-            "seconds of this era (milliseconds or microseconds?)",
+            f"{path}: line {row + 2}, column timestamp: {not_epoch_seconds(raw['timestamp'].iloc[row])}",
             reason="row",
         )
     models = raw["model"].fillna("").astype(str).str.strip()

@@ -89,6 +89,7 @@ from prewarm._settings import (
     load_settings,
     parse_overrides,
 )
+from prewarm._times import MAX_EPOCH_S, epoch_seconds, not_epoch_seconds
 from prewarm._units import ByteRate, Bytes, format_bytes, parse_byte_rate, parse_bytes
 
 try:
@@ -101,6 +102,7 @@ __all__ = [
     "DEMAND_SOURCE",
     "EVENT_MAX_BYTES",
     "HOP_INTO",
+    "MAX_EPOCH_S",
     "MAX_MODEL_ID_LENGTH",
     "OTHER_MODELS",
     "REGISTRY",
@@ -162,6 +164,7 @@ __all__ = [
     "configure_logging",
     "counter",
     "effect",
+    "epoch_seconds",
     "format_bytes",
     "gauge",
     "get_logger",
@@ -173,6 +176,7 @@ __all__ = [
     "load_settings",
     "lru_victims",
     "model_label",
+    "not_epoch_seconds",
     "parse_byte_rate",
     "parse_bytes",
     "parse_overrides",

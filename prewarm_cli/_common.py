@@ -7,14 +7,13 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
-from prewarm import ConfigError, InvalidInput, PrewarmError, Settings, UnknownModel
+from prewarm import ConfigError, InvalidInput, PrewarmError, Settings, UnknownModel, epoch_seconds
 
 __all__ = [
     "app_group",
@@ -103,18 +102,9 @@ def check_png(path: Path | None, option: str = "--png") -> None:
 def parse_time(value: str, option: str = "time") -> float:
     """Epoch seconds from a number or an ISO-8601 time (UTC when no offset is given)."""
     try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return epoch_seconds(value)
     except ValueError as exc:
-        raise InvalidInput(
-            f"{option}: expected epoch seconds or ISO-8601, got {value!r}", reason="time"
-        ) from exc
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+        raise InvalidInput(f"{option}: {exc}", reason="time") from None
 
 
 @contextlib.contextmanager

@@ -7,38 +7,16 @@ that ``model`` will be wanted from then for ``ttl_s`` seconds, as a product page
 from __future__ import annotations
 
 import csv
-import math
 from collections.abc import Collection
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from prewarm import Hint, InvalidInput
+from prewarm import Hint, InvalidInput, epoch_seconds
 
 __all__ = ["read_hints"]
 
 _COLUMNS = ("timestamp", "model", "ttl_s")
-_MAX_EPOCH_S = 1e11  # the year 5138, as trace files (``ingest.read_trace``): beyond it, milliseconds
-
-
-def _epoch(text: str) -> float:
-    """Epoch seconds from a number or ISO-8601; ``ValueError`` saying what is wrong otherwise."""
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise ValueError(f"expected epoch seconds or ISO-8601, got {text!r}") from None
-        if parsed.tzinfo is None:  # UTC, as in trace files
-            parsed = parsed.replace(tzinfo=UTC)
-        return parsed.timestamp()
-    if not math.isfinite(value):
-        raise ValueError(f"expected epoch seconds or ISO-8601, got {text!r}")
-    if abs(value) >= _MAX_EPOCH_S:
-        raise ValueError(f"{text!r} is not epoch seconds of this era (milliseconds or microseconds?)")
-    return value
 
 
 def read_hints(path: str | Path, models: Collection[str] | None = None) -> tuple[Hint, ...]:
@@ -66,7 +44,7 @@ def read_hints(path: str | Path, models: Collection[str] | None = None) -> tuple
             raise InvalidInput(f"{path}: line {line}: expected {len(header)} columns", reason="row")
         cell = {c: row[i].strip() for c, i in where.items()}
         try:
-            at = _epoch(cell["timestamp"])
+            at = epoch_seconds(cell["timestamp"])
         except ValueError as exc:
             raise InvalidInput(f"{path}: line {line}, column timestamp: {exc}", reason="row") from None
         if models is not None and cell["model"] not in models:
