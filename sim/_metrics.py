@@ -38,6 +38,9 @@ MISPREDICTION_WINDOW_S = 600.0
 SATURATED = 0.99
 """An offered load from which a link is taken as unable to keep up (see the module docstring)."""
 
+SLOW_S = 5.0
+"""A request waiting longer than this is slow: the seed's "5 seconds" (``share_wait_over_5s``)."""
+
 GB = 1e9
 NAN = float("nan")
 
@@ -127,6 +130,10 @@ class SimMetrics:
     """Bytes asked of the busiest link in the window ÷ what it can move in the window."""
     busiest_link: str
     served_from: dict[str, int]
+    slow_from: dict[str, int]
+    """Of the requests waiting over 5 s, how many found their model's closest copy in each tier: in L2,
+    a disk read that a host copy would have spared; in L3, a download that a disk copy would have.
+    Where a cluster's long waits come from, and so what more memory or disk would buy."""
     model_cold_start_rate: dict[str, float]
     """Per model with at least one request in the window."""
     queued_loads: int
@@ -173,6 +180,9 @@ def metrics(policy: str, record: Record, *, unlimited: bool = False) -> SimMetri
     served = {t.value: 0 for t in Tier}
     for tier in record.req_from:
         served[tier.value] += 1
+    slow_from = dict.fromkeys(served, 0)
+    for row in np.flatnonzero(waits > SLOW_S):
+        slow_from[record.req_from[row].value] += 1
     tiers = (Tier.L0,) if unlimited else record.tiers
     return SimMetrics(
         policy=policy,
@@ -182,7 +192,7 @@ def metrics(policy: str, record: Record, *, unlimited: bool = False) -> SimMetri
         cold_start_rate=float(cold.mean()) if n else 0.0,
         p75_model_cold_start_rate=p75,
         share_wait_over_1s=float((waits > 1.0).mean()) if n else 0.0,
-        share_wait_over_5s=float((waits > 5.0).mean()) if n else 0.0,
+        share_wait_over_5s=float((waits > SLOW_S).mean()) if n else 0.0,
         wait_total_s=float(waits.sum()),
         wait_mean_s=float(waits.mean()) if n else 0.0,
         wait_p50_s=pct(50),
@@ -199,6 +209,7 @@ def metrics(policy: str, record: Record, *, unlimited: bool = False) -> SimMetri
         offered_load=load,
         busiest_link=busiest,
         served_from=served,
+        slow_from=slow_from,
         model_cold_start_rate=per_model,
         queued_loads=record.queued_loads,
         failed_orders=record.failed_orders,

@@ -36,6 +36,7 @@ BASE = SimMetrics(
     offered_load=0.1,
     busiest_link="",
     served_from={},
+    slow_from={},
     model_cold_start_rate={},
     queued_loads=0,
     failed_orders=0,

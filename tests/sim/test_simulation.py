@@ -77,6 +77,14 @@ def test_reactive_baseline_pays_the_full_cold_start() -> None:
     assert report.wait_total_s > 140
 
 
+def test_waits_over_five_seconds_are_counted_by_the_tier_their_load_began_in() -> None:
+    # "a" and "b" are downloaded (L3); "b" then takes GPU and host memory, so "a" comes back from disk.
+    catalog, cluster = _catalog({"a": 40 * GB, "b": 45 * GB}), _cluster("80GB", l1="50GB")
+    report = _run("reactive", [(SURGE, "a"), (SURGE + 600, "b"), (SURGE + 1200, "a")], catalog, cluster)
+    assert report.slow_from == {"L0": 0, "L1": 0, "L2": 1, "L3": 2}
+    assert sum(report.slow_from.values()) == round(report.share_wait_over_5s * report.requests)
+
+
 def test_forecast_surge_model_is_close_to_the_gpu_before_the_surge() -> None:
     catalog, cluster = _catalog({"big": 140 * GB}), _cluster("160GB")
     requests = [(SURGE + 30 * k, "big") for k in range(10)]
