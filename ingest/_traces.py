@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from prewarm import MAX_EPOCH_S, InvalidInput, not_epoch_seconds, validate_model_id
+from prewarm import MAX_EPOCH_S, InvalidInput, abridged, not_epoch_seconds, validate_model_id
 
 __all__ = ["AZURE2019_DEFAULT_START", "azure2019_minute_counts", "azure_model_id", "read_trace"]
 
@@ -145,9 +145,9 @@ def _read_requests(path: Path) -> pd.DataFrame:
                 "read it with --format azure2019",
                 reason="header",
             )
-        found = ", ".join(list(raw.columns)[:8]) + (" ..." if len(raw.columns) > 8 else "")
         raise InvalidInput(
-            f"{path}: header must contain 'timestamp,model', missing {missing} (found {found})",
+            f"{path}: header must contain 'timestamp,model', missing {missing} "
+            f"(found {abridged(list(raw.columns), 8)})",
             reason="header",
         )
     stamps = raw["timestamp"].fillna("").astype(str).str.strip()

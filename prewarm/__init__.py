@@ -34,6 +34,7 @@ from prewarm._exceptions import (
     TrackingError,
     Unauthorized,
     UnknownModel,
+    abridged,
 )
 from prewarm._ids import MAX_MODEL_ID_LENGTH, ModelId, validate_model_id
 from prewarm._logging import configure_logging, get_logger
@@ -158,6 +159,7 @@ __all__ = [
     "UseCounts",
     "Versioned",
     "__version__",
+    "abridged",
     "admit",
     "admits",
     "closest",

@@ -26,6 +26,8 @@ our code, with ``raise ... from exc``, so callers never see a third-party type.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "AccessDenied",
     "BrokerError",
@@ -46,7 +48,14 @@ __all__ = [
     "TrackingError",
     "Unauthorized",
     "UnknownModel",
+    "abridged",
 ]
+
+
+def abridged(items: Sequence[str], most: int = 5) -> str:
+    """The first ``most`` of ``items`` for a message, comma-separated, with " ..." when there are more:
+    a message names a few, not a file's 1,444 columns."""
+    return ", ".join(items[:most]) + (" ..." if len(items) > most else "")
 
 
 class PrewarmError(Exception):

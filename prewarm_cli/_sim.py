@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import typer
 
+from prewarm import abridged
 from prewarm_cli._common import app_group, bench_app, fail, progress_bar, settings_of, write_json
 
 if TYPE_CHECKING:
@@ -94,10 +95,9 @@ def compare_trace(
     missing = events["model"][~events["model"].isin(served)]
     if len(missing):
         names = sorted(set(missing.tolist()))
-        listed = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
         typer.echo(
             f"warning: {len(missing):,} requests for {len(names)} model(s) missing from the catalog are "
-            f"not simulated: {listed}",
+            f"not simulated: {abridged(names)}",
             err=True,
         )
     with progress_bar(not quiet) as progress:

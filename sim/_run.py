@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models import Catalog
-from prewarm import ExecutorState, Hint, InvalidInput, Order, OrderStatus, Tier
+from prewarm import ExecutorState, Hint, InvalidInput, Order, OrderStatus, Tier, abridged
 from scheduler import Cluster, PlannerConfig
 from sim._links import Clock
 from sim._metrics import Record, SimMetrics, metrics
@@ -322,7 +322,7 @@ def _cut(events: Any, history: History, catalog: Catalog, *, train_days: float, 
         asked = sorted(set(names.tolist()))
         raise InvalidInput(
             f"none of the {len(names):,} requests in the simulated window is for a model of the catalog "
-            f"(they are for {', '.join(asked[:5])}{' ...' if len(asked) > 5 else ''})"
+            f"(they are for {abridged(asked)})"
         )
     return cut
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from ingest import generate
 from prewarm_cli import app
@@ -118,13 +118,19 @@ def test_sim_run_refuses_a_histogram_range_past_a_week_before_allocating_its_bin
     assert "whole number of minutes from 1 to 10,080" in result.output
 
 
+def _run_with_catalog(trace: Path, tmp_path: Path, models: list[str], sim_hours: str) -> Result:
+    """``sim run`` of reactive on ``trace`` with a catalog of ``models`` alone."""
+    catalog = tmp_path / "catalog.yaml"
+    virtual_catalog(models).save(catalog)
+    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", sim_hours]
+    return CliRunner().invoke(app, [*args, "--catalog", str(catalog), "--policy", "reactive"])
+
+
 def test_sim_run_says_which_requests_it_does_not_simulate_for_want_of_a_catalog_entry(
     trace: Path, tmp_path: Path
 ) -> None:
-    catalog = tmp_path / "catalog.yaml"
-    virtual_catalog(sorted(set(pd.read_csv(trace)["model"]) - {"syn-0001"})).save(catalog)
-    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "2"]
-    result = CliRunner().invoke(app, [*args, "--catalog", str(catalog), "--policy", "reactive"])
+    models = sorted(set(pd.read_csv(trace)["model"]) - {"syn-0001"})
+    result = _run_with_catalog(trace, tmp_path, models, "2")
     assert result.exit_code == 0, result.output
     assert "model(s) missing from the catalog are not simulated: syn-0001" in result.output
 
@@ -132,9 +138,6 @@ def test_sim_run_says_which_requests_it_does_not_simulate_for_want_of_a_catalog_
 def test_sim_run_refuses_a_window_whose_requests_are_all_for_models_outside_the_catalog(
     trace: Path, tmp_path: Path
 ) -> None:
-    catalog = tmp_path / "catalog.yaml"
-    virtual_catalog(["other-model"]).save(catalog)
-    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "1"]
-    result = CliRunner().invoke(app, [*args, "--catalog", str(catalog), "--policy", "reactive"])
+    result = _run_with_catalog(trace, tmp_path, ["other-model"], "1")
     assert result.exit_code == 2, result.output
     assert "requests in the simulated window is for a model of the catalog" in result.output

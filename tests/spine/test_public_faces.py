@@ -132,6 +132,7 @@ PINNED = {
         "Evictable",
         "Holding",
         "Versioned",
+        "abridged",
         "admit",
         "admits",
         "closest",
