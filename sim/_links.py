@@ -129,7 +129,11 @@ class Link:
 
     def _reschedule(self) -> None:
         self._version += 1
-        if not self.active:
+        active = self.active
+        if len(active) == 1:  # the common case: the one transfer moves at the full rate
+            self.clock.at(self.clock.now + max(active[0].left, 0.0) / self.rate, self._due, self._version)
+            return
+        if not active:
             return
         share, demand_only = self._share()
         moving = [t.left for t in self.active if t.demand or not demand_only]

@@ -91,11 +91,11 @@ class Record:
             self.idle_byte_s[tier] = self.idle_byte_s.get(tier, 0.0) + nbytes * span
 
     def moved(self, link: str, nbytes: int, at: float) -> None:
-        if self.counts(at):
+        if self.start <= at < self.end:  # ``counts``, written out: once per hop
             self.bytes_moved[link] = self.bytes_moved.get(link, 0) + nbytes
 
     def asked(self, link: str, nbytes: float, at: float) -> None:
-        if self.counts(at):
+        if self.start <= at < self.end:  # ``counts``, written out: once per hop a request waits on
             self.bytes_asked[link] = self.bytes_asked.get(link, 0.0) + nbytes
 
 

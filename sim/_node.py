@@ -86,6 +86,9 @@ class Copy:
     # When it was last used, or loaded if never used: a field, not a property, because the LRU reads it
     # of every copy of a tier each time it makes room there. ``use`` keeps it and ``last_used`` in step.
     recency: float = field(init=False, default=0.0)
+    # Bytes it takes on each of its GPUs (all of them with none: not in GPU memory); its GPUs never
+    # change, and GPU room reads it on every copy it weighs.
+    shard: int = field(init=False, default=0)
     # Its entry in the node's last report, with what that entry says that can change (last use, pins,
     # prefetched): a planner reads every report every tick, and most copies did not change in between.
     reported: tuple[tuple[float | None, int, bool], ResidentModel] | None = field(
@@ -94,6 +97,7 @@ class Copy:
 
     def __post_init__(self) -> None:
         self.recency = self.last_used if self.last_used is not None else self.loaded_at
+        self.shard = -(-self.bytes // max(len(self.gpus), 1))
 
     def use(self, at: float) -> None:
         self.last_used = self.recency = at
@@ -101,11 +105,6 @@ class Copy:
     @property
     def nbytes(self) -> int:
         return self.bytes
-
-    @property
-    def shard(self) -> int:
-        """Bytes it takes on each of its GPUs (all of them with none: not in GPU memory)."""
-        return -(-self.bytes // max(len(self.gpus), 1))
 
     @property
     def ready(self) -> bool:
@@ -154,6 +153,7 @@ class Node:
         self.shape = shape
         self.gpu_caps = list(shape.gpu_bytes)
         self.gpu_used = [0] * len(self.gpu_caps)
+        self.gpu_free = list(self.gpu_caps)  # capacity - used, kept in step: GPU room reads it per load
         self.capacity = {Tier.L0: sum(self.gpu_caps), Tier.L1: shape.host_bytes, Tier.L2: shape.disk_bytes}
         self.used = dict.fromkeys(CACHE_TIERS, 0)
         self.copies: dict[Tier, dict[str, Copy]] = {t: {} for t in CACHE_TIERS}
@@ -208,15 +208,19 @@ class Node:
 
     def gpu_hold(self, copy: Copy) -> None:
         """``copy`` takes its shard on each of its GPUs."""
+        shard = copy.shard
         for g in copy.gpus:
-            self.gpu_used[g] += copy.shard
+            self.gpu_used[g] += shard
+            self.gpu_free[g] -= shard
             self.on_gpu[g][copy.key] = copy
         self.l0_changed(copy.gpus)
 
     def gpu_release(self, copy: Copy) -> None:
         """``copy`` leaves its GPUs."""
+        shard = copy.shard
         for g in copy.gpus:
-            self.gpu_used[g] -= copy.shard
+            self.gpu_used[g] -= shard
+            self.gpu_free[g] += shard
             del self.on_gpu[g][copy.key]
         self.l0_changed(copy.gpus)
 
@@ -278,7 +282,7 @@ class Node:
         if n is None:
             return None
         shard = -(-size // n)
-        free = [cap - used for cap, used in zip(self.gpu_caps, self.gpu_used, strict=True)]
+        free = self.gpu_free
         if asked:
             named = tuple(sorted(set(asked)))
             if len(named) == n and all(0 <= g < len(free) and free[g] >= shard for g in named):
@@ -400,7 +404,7 @@ def shard_victims(copies: Iterable[Copy], need: int, free: int) -> list[Copy] | 
         if copy.pins or copy.ready_at == INF:
             continue  # pinned or still loading: never a victim
         chosen.append(copy)
-        free += -(-copy.bytes // max(len(copy.gpus), 1))
+        free += copy.shard
         if need <= free:
             return chosen
     return None
@@ -412,6 +416,8 @@ def _placement(n: int, shard: int, free: list[int]) -> tuple[int, ...] | None:
     if n == 1:
         most = max(free)
         return (free.index(most),) if most >= shard else None
+    if n == len(free):  # every GPU of the node: no choosing
+        return tuple(range(n)) if min(free) >= shard else None
     roomiest = sorted(range(len(free)), key=lambda i: (-free[i], i))[:n]
     if any(free[i] < shard for i in roomiest):
         return None

@@ -20,6 +20,7 @@ from sim._node import INF, Copy, Node, cached_path
 __all__ = ["Rank", "Router"]
 
 _L2 = Tier.L2.level  # a property: read once, not three times per route
+_CAPPED = {t: min(t.level, _L2) for t in Tier}  # a tier's level, the disk and object storage as one
 
 Rank = tuple[float, float, int, int]
 """(when the most recently used copy the LRU gives up was last used, or inf: no room; load seconds;
@@ -104,31 +105,35 @@ class Router:
         """The node a load of ``model`` on request goes to (``World._route``'s rule)."""
         able = self.able(size)
         holders = self.holders.get(model, ())
+        found: dict[str, Copy] = {}  # holder -> its closest copy, on the nodes able to load it
         level: dict[str, int] = {}
-        tier: dict[str, Tier] = {}
-        arriving: dict[str, float] = {}
         for name in holders:
             node = self.nodes[name]
             copy = node.closest(model)
             if copy is not None and node.shards(size) is not None:
-                tier[name] = copy.tier
-                level[name] = min(copy.tier.level, _L2)
-                arriving[name] = self._arriving_s(node, copy)
+                found[name] = copy
+                level[name] = _CAPPED[copy.tier]
         top = min(level.values(), default=_L2)
         if top < _L2:
             # Staged in host (or GPU) memory somewhere: only those nodes are considered.
-            staged = sorted((self.nodes[n] for n, lv in level.items() if lv == top), key=self.position)
+            staged = [self.nodes[n] for n, lv in level.items() if lv == top]
             if len(staged) == 1:
                 return staged[0]
-            return min(staged, key=lambda n: self.rank(n, tier[n.name], size, arriving[n.name]))
+            staged.sort(key=self.position)
+            return min(staged, key=lambda n: self._rank_holder(n, found[n.name], size))
         if len(able) == 1:
             return able[0]
-        ranks = [self.rank(self.nodes[n], tier[n], size, arriving[n]) for n in level]
+        ranks = [self._rank_holder(self.nodes[n], found[n], size) for n in level]
         if len(level) < len(able):
             # A node ranked as holding no copy loads from object storage: slower than from its own disk
             # copy, all else equal. When every able node holds a disk copy, that rank cannot be least.
             ranks.append(self._least(size, able))
         return self._by_order[min(ranks)[3]]
+
+    def _rank_holder(self, node: Node, copy: Copy, size: int) -> Rank:
+        """``rank`` of a node holding ``copy``, loading from its tier (and counting what it has still to
+        arrive)."""
+        return self.rank(node, copy.tier, size, self._arriving_s(node, copy))
 
     def position(self, node: Node) -> int:
         """The node's place in the cluster's list."""

@@ -121,7 +121,8 @@ def simulate(
     """
     start, end = world.record.start, world.record.end
     ts, names = _sorted(timestamps, models)
-    known = np.isin(names, [spec.id for spec in world.catalog])
+    ids = {spec.id for spec in world.catalog}
+    known = np.fromiter(map(ids.__contains__, names.tolist()), dtype=bool, count=names.size)  # hashed
     ts, names = ts[known], names[known]
     begin = start - warmup_s
     lo, cut, hi = np.searchsorted(ts, [begin, start, end], side="left")

@@ -318,8 +318,12 @@ class World:
                 self._job_nodes[job.model].discard(job.node)
         if self._inbound.get(job.model) is job:
             del self._inbound[job.model]
-            nodes = sorted(self._job_nodes.get(job.model, ()), key=self.router.position)
-            for other in (j for n in nodes for j in n.jobs.get(job.model, [])):
+            nodes = self._job_nodes.get(job.model)
+            if not nodes:
+                return
+            for other in (
+                j for n in sorted(nodes, key=self.router.position) for j in n.jobs.get(job.model, [])
+            ):
                 if other.target is Tier.L0:
                     self._inbound[job.model] = other
                     break
