@@ -178,6 +178,7 @@ class Node:
         # as taken, so a burst of first requests does not pile onto the node that looked emptiest.
         self.coming = 0
         self.version = 0  # counts the changes to what routing reads (``gpu_room``, bytes in use, ``coming``)
+        self.marked = -1  # ``Router``'s count of drains when it last marked this node changed
         self._room_victims: set[str] = set()  # every copy a remembered answer gave up (or weighed)
         self._options: list[dict[int, tuple[float, list[str]] | None]] = [{} for _ in self.gpu_caps]
         self._option_victims: list[set[str]] = [set() for _ in self.gpu_caps]
@@ -252,8 +253,9 @@ class Node:
         self.world.router.node_changed(self)
 
     def _forget(self) -> None:
-        self._room.clear()
-        self._room_victims.clear()
+        if self._room:  # the victims are of remembered answers: none without one
+            self._room.clear()
+            self._room_victims.clear()
         self.version += 1
         self.world.router.node_changed(self)
 

@@ -45,8 +45,7 @@ class Router:
         self._changed: dict[int, set[Node]] = {}
         # ``node_changed`` is called on every GPU copy change, many times between two routes: a node
         # already in every size's changed set since the last time one was emptied needs nothing more.
-        self._drains = 0  # how many times a changed set was emptied
-        self._marked: dict[str, int] = {}  # node -> ``_drains`` when it was last added to every set
+        self._drains = 0  # how many times a changed set was emptied (``Node.marked``: when last added)
 
     def able(self, size: int) -> list[Node]:
         """The nodes whose GPUs can hold a model of ``size`` bytes, in cluster order."""
@@ -65,11 +64,11 @@ class Router:
 
     def node_changed(self, node: Node) -> None:
         """``node``'s GPU copies (or their use) changed: its rank is to be worked out again."""
-        if self._marked.get(node.name) == self._drains:
+        if node.marked == self._drains:
             return  # no set was emptied since it was added to all of them: it is in each still
         for changed in self._changed.values():
             changed.add(node)
-        self._marked[node.name] = self._drains
+        node.marked = self._drains
 
     def seconds(self, node: Node, frm: Tier, size: int) -> float:
         """How long a load of ``size`` bytes from ``frm`` to GPU memory takes on an idle ``node``."""
