@@ -234,12 +234,7 @@ class UseCounts(Generic[K]):
         self._counts: dict[K, tuple[float, float]] = {}  # key -> (count, when it was that)
 
     def use(self, key: K, at: float) -> None:
-        held = self._counts.get(key)  # ``count``, written out: the simulator calls this per request
-        if held is None:
-            self._counts[key] = (1.0, at)
-        else:
-            count, since = held
-            self._counts[key] = (count * math.exp(min(0.0, since - at) / self.tau_s) + 1.0, at)
+        self._counts[key] = (self.count(key, at) + 1.0, at)
 
     def count(self, key: K, at: float) -> float:
         held = self._counts.get(key)

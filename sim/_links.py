@@ -144,15 +144,7 @@ class Link:
             return  # shares changed since this finish time was worked out
         self.progress()
         slack = self._slack
-        active = self.active
-        if len(active) == 1:  # the common case: the one transfer is done
-            t = active[0]
-            if t.left <= slack:
-                self.active = []
-                self._version += 1  # ``_reschedule`` of an empty link
-                t.landed()
-                return
-        done = [t for t in active if t.left <= slack]
+        done = [t for t in self.active if t.left <= slack]
         if done:  # else (rounding left a few bytes) the list stays as it is
             self.active = [t for t in self.active if t.left > slack]
         self._reschedule()
