@@ -152,8 +152,7 @@ class Node:
         self.name = shape.name
         self.shape = shape
         self.gpu_caps = list(shape.gpu_bytes)
-        self.gpu_used = [0] * len(self.gpu_caps)
-        self.gpu_free = list(self.gpu_caps)  # capacity - used, kept in step: GPU room reads it per load
+        self.gpu_free = list(self.gpu_caps)  # per GPU, the bytes no copy's shard takes
         self.capacity = {Tier.L0: sum(self.gpu_caps), Tier.L1: shape.host_bytes, Tier.L2: shape.disk_bytes}
         self.used = dict.fromkeys(CACHE_TIERS, 0)
         self.copies: dict[Tier, dict[str, Copy]] = {t: {} for t in CACHE_TIERS}
@@ -211,7 +210,6 @@ class Node:
         """``copy`` takes its shard on each of its GPUs."""
         shard = copy.shard
         for g in copy.gpus:
-            self.gpu_used[g] += shard
             self.gpu_free[g] -= shard
             self.on_gpu[g][copy.key] = copy
         self.l0_changed(copy.gpus)
@@ -220,7 +218,6 @@ class Node:
         """``copy`` leaves its GPUs."""
         shard = copy.shard
         for g in copy.gpus:
-            self.gpu_used[g] -= shard
             self.gpu_free[g] += shard
             del self.on_gpu[g][copy.key]
         self.l0_changed(copy.gpus)
@@ -372,8 +369,8 @@ class Node:
             for t in CACHE_TIERS
         ]
         gpus = [
-            build(GpuState, index=i, capacity_bytes=cap, used_bytes=used)
-            for i, (cap, used) in enumerate(zip(self.gpu_caps, self.gpu_used, strict=True))
+            build(GpuState, index=i, capacity_bytes=cap, used_bytes=cap - free)
+            for i, (cap, free) in enumerate(zip(self.gpu_caps, self.gpu_free, strict=True))
         ]
         return build(
             ExecutorState,
