@@ -319,11 +319,11 @@ def _cut(events: Any, history: History, catalog: Catalog, *, train_days: float, 
             f"simulate at most {most:,} hours after the first {train_days:g} days"
         )
     names = events["model"].to_numpy()[in_window].astype(str)
-    if not np.isin(names, list(catalog.ids())).any():
-        asked = sorted(set(names.tolist()))
+    asked = set(names.tolist())
+    if asked.isdisjoint(catalog.ids()):  # hashed, as ``simulate`` filters: ``np.isin`` sorts every name
         raise InvalidInput(
             f"none of the {len(names):,} requests in the simulated window is for a model of the catalog "
-            f"(they are for {abridged(asked)})"
+            f"(they are for {abridged(sorted(asked))})"
         )
     return cut
 
