@@ -23,6 +23,10 @@ fi
 # --frozen: install exactly what uv.lock says; never re-resolve on a CI machine.
 "$uv_bin" sync --frozen --all-extras --quiet
 
+# The simulator's run loop through Cython (sim/_compiled.py), built once per change of its sources into
+# ~/.cache/prewarm/sim; without a C compiler the pure Python modules run, the same figures more slowly.
+.venv/bin/python sim/_compiled.py || echo "bootstrap: the simulator runs as pure Python" >&2
+
 # System tools the tests drive: promtool (Debian's prometheus package) validates the alert rules, and
 # headless Chromium with its driver loads the status page. Installed only when missing and only where
 # apt-get can run as root; elsewhere the tests that need them skip and say why (and fail under CI=true).

@@ -49,8 +49,9 @@ __all__ = [
 ]
 
 ENV_PREFIX = "PREWARM_"
-# Read by load_settings itself, not a field of any section.
-_META_KEYS = {"config"}
+# Read by load_settings itself, not a field of any section; or when ``sim`` is imported, before any
+# settings exist (sim/_compiled.py: the pure run loop, where its builds live).
+_META_KEYS = {"config", "sim_pure", "sim_build"}
 
 
 def _masked(value: SecretStr) -> str:

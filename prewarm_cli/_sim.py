@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import typer
 
 from prewarm import abridged
-from prewarm_cli._common import app_group, bench_app, fail, progress_bar, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, fail, progress, progress_bar, settings_of, write_json
 
 if TYPE_CHECKING:
     from sim import SimMetrics
@@ -68,6 +68,25 @@ def run(
         typer.echo(render_table(results))
     if out is not None:
         write_json({label: r.to_json() for label, r in results.items()}, out)
+
+
+@app.command("compile")
+def compile_(
+    check: bool = typer.Option(False, "--check", help="Only say whether these sources are compiled."),
+) -> None:
+    """Compile the simulator's run loop with Cython (about 1.5 x the requests a second, the same
+    figures); the pure modules run wherever no build of the present sources exists. Fast when built."""
+    from sim import CompileError, compile_dir, compile_run_loop, is_compiled
+
+    if check:
+        where = compile_dir()
+        done = is_compiled(where)
+        typer.echo(f"{where}: {'compiled' if done else 'not compiled, the pure modules run'}")
+        raise typer.Exit(0 if done else 1)
+    try:
+        compile_run_loop(progress)
+    except (CompileError, OSError) as exc:
+        fail(f"{exc}\nthe pure modules run", 1)
 
 
 def compare_trace(
@@ -265,7 +284,7 @@ def bench_sim_speed(
     """Simulated requests per second of the baselines, on the cluster and under --unlimited."""
     import time
 
-    from sim import default_cluster, long_tail, run_policies, virtual_catalog
+    from sim import default_cluster, long_tail, run_policies, running_compiled, virtual_catalog
 
     if trace not in ("speed", "long-tail"):
         fail(f"--trace must be speed or long-tail, not {trace!r}")
@@ -283,7 +302,11 @@ def bench_sim_speed(
         events, catalog, start, end = fleet.events, fleet.catalog, fleet.start, fleet.end
     made_s = time.perf_counter() - began
     window = events[(events.timestamp >= start) & (events.timestamp < end)]
-    typer.echo(f"{len(events):,} requests ({len(window):,} in the window) made in {made_s:.1f} s", err=True)
+    typer.echo(
+        f"{len(events):,} requests ({len(window):,} in the window) made in {made_s:.1f} s; run loop "
+        f"{'compiled' if running_compiled() else 'pure Python (`prewarm sim compile` to compile it)'}",
+        err=True,
+    )
     cluster = default_cluster(nodes, gpus)
     rows: list[dict[str, Any]] = []
     for unlimited in worlds:
@@ -326,6 +349,7 @@ def bench_sim_speed(
         "seed": seed,
         "trace_requests": len(events),
         "window_requests": len(window),
+        "compiled": running_compiled(),  # the run loop through Cython (`prewarm sim compile`)
     }
     write_json({"setup": setup, "rows": rows}, out)
 

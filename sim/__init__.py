@@ -13,8 +13,13 @@ definition of what a run measured, for every policy.
 
 from __future__ import annotations
 
+from sim import _compiled
+
+_compiled.install()  # before the modules it names are imported: the compiled run loop, when built
+
 from sim._bench import SETTINGS, PolicyBench, Target, judge, run_policy_bench
 from sim._bound import poisson_idle_bound
+from sim._compiled import CompileError, compile_dir, compile_run_loop, is_compiled, running_compiled
 from sim._hints import read_hints
 from sim._histogram import HistogramPolicy, IdleHistogram, Windows
 from sim._metrics import SimMetrics, metrics
@@ -63,6 +68,7 @@ __all__ = [
     "UNLIMITED_NODE",
     "WARMUP_S",
     "Case",
+    "CompileError",
     "HistogramPolicy",
     "IdleHistogram",
     "KeepAlivePolicy",
@@ -88,9 +94,12 @@ __all__ = [
     "World",
     "available",
     "compare",
+    "compile_dir",
+    "compile_run_loop",
     "default_cluster",
     "dominated",
     "fit_forecasts",
+    "is_compiled",
     "judge",
     "knob_float",
     "label_grid",
@@ -106,6 +115,7 @@ __all__ = [
     "register_policy",
     "run_policies",
     "run_policy_bench",
+    "running_compiled",
     "simulate",
     "suite",
     "sweep",

@@ -261,6 +261,11 @@ PINNED = {
     ],
     "sim": [
         "Case",
+        "CompileError",
+        "compile_dir",
+        "compile_run_loop",
+        "is_compiled",
+        "running_compiled",
         "DEFAULT_KNOBS",
         "DEFAULT_POLICIES",
         "DEFAULT_SIZES",
