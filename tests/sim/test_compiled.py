@@ -77,7 +77,8 @@ def test_install_finds_the_compiled_modules_only_when_built_and_not_asked_for_th
     finder = sys.meta_path[0]
     assert isinstance(finder, _compiled._Finder)
     spec = finder.find_spec("sim._world")
-    assert spec is not None and spec.origin == str(build / f"_world{suffix}")
+    assert spec is not None
+    assert spec.origin == str(build / f"_world{suffix}")
     assert finder.find_spec("sim._bench") is None  # not compiled: found among the sources as always
 
 
