@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from prewarm_cli import app
 from sim import _compiled
 
 # Every policy but prewarm (which needs a fitted forecast) on a small trace that crowds its cluster:
@@ -99,3 +101,20 @@ def test_the_compiled_run_loop_gives_every_figure_of_the_pure_one() -> None:
     assert said["0"]["compiled"] is True
     assert said["0"]["runs"] == said["1"]["runs"]
     assert said["0"]["runs"]["reactive"]["cold_starts"] > 0
+
+
+def test_sim_compile_check_says_whether_the_present_sources_are_compiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(_compiled.BUILD_ENV, str(tmp_path))
+    result = CliRunner().invoke(app, ["sim", "compile", "--check"])
+    assert result.exit_code == 1
+    assert "not compiled, the pure modules run" in result.output
+    build = _compiled.compile_dir()
+    assert build.parent == tmp_path
+    build.mkdir()
+    for name in _compiled.COMPILED:
+        (build / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}").touch()
+    result = CliRunner().invoke(app, ["sim", "compile", "--check"])
+    assert result.exit_code == 0, result.output
+    assert f"{build}: compiled" in result.output
