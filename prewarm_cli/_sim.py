@@ -74,8 +74,8 @@ def run(
 def compile_(
     check: bool = typer.Option(False, "--check", help="Only say whether these sources are compiled."),
 ) -> None:
-    """Compile the simulator's run loop with Cython (about 1.5 x the requests a second, the same
-    figures); the pure modules run wherever no build of the present sources exists. Fast when built."""
+    """Compile the simulator's run loop with Cython (the same figures, up to 1.5 x the requests a
+    second); the pure modules run wherever no build of the present sources exists. Fast when built."""
     from sim import CompileError, compile_dir, compile_run_loop, is_compiled
 
     if check:

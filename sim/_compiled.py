@@ -1,8 +1,9 @@
 """The simulator's run loop compiled with Cython, used only when it was built from these very sources.
 
 The modules named in ``COMPILED`` are plain Python, and stay the reference: Cython compiles them
-unchanged (no annotations, no second copy of any rule), which runs the event loop about 1.4-1.5 ×
-faster with every figure the same. ``build`` writes the extension modules into a directory named after
+unchanged (no annotations, no second copy of any rule), which runs the baselines on the benchmark's
+2-node cluster 1.4-1.5 × faster with every figure the same (no faster at 10,000 models on 100 nodes:
+docs/benchmarks.md). ``build`` writes the extension modules into a directory named after
 a hash of the sources and the interpreter (``compile_dir``); ``install`` loads them from there when that
 directory exists, so an edited source, another Python or a missing compiler means the pure modules run,
 never a stale build. ``PREWARM_SIM_PURE=1`` runs the pure modules even when a build is there.
