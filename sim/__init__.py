@@ -13,13 +13,12 @@ definition of what a run measured, for every policy.
 
 from __future__ import annotations
 
-from sim import _compiled
+from sim._compiled import CompileError, compile_dir, compile_run_loop, install, is_compiled, running_compiled
 
-_compiled.install()  # before the modules it names are imported: the compiled run loop, when built
+install()  # before the modules it names are imported: the compiled run loop, when built
 
 from sim._bench import SETTINGS, PolicyBench, Target, judge, run_policy_bench
 from sim._bound import poisson_idle_bound
-from sim._compiled import CompileError, compile_dir, compile_run_loop, is_compiled, running_compiled
 from sim._hints import read_hints
 from sim._histogram import HistogramPolicy, IdleHistogram, Windows
 from sim._metrics import SimMetrics, metrics
