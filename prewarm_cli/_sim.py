@@ -103,22 +103,17 @@ def compare_trace(
     quiet: bool,
 ) -> dict[str, SimMetrics]:
     """``sim.compare`` on a trace with the files the options name, a progress bar unless ``quiet``:
-    what ``sim run`` and ``sim sweep`` both do. Requests for models the catalog lacks are not simulated,
-    and said so on stderr; a hint for one is refused, naming its line."""
+    what ``sim run`` and ``sim sweep`` both do. Requests and hints for models the catalog lacks are not
+    simulated, and said so on stderr."""
     from models import Catalog
     from scheduler import Cluster
     from sim import compare, read_hints
 
     catalog = Catalog.load(catalog_file) if catalog_file else None
     served = set(catalog.ids()) if catalog is not None else set(events["model"].unique().tolist())
-    missing = events["model"][~events["model"].isin(served)]
-    if len(missing):
-        names = sorted(set(missing.tolist()))
-        typer.echo(
-            f"warning: {len(missing):,} requests for {len(names)} model(s) missing from the catalog are "
-            f"not simulated: {abridged(names)}",
-            err=True,
-        )
+    _warn_left_out("requests", events["model"][~events["model"].isin(served)].tolist())
+    hints = read_hints(hints_file) if hints_file else ()
+    _warn_left_out("hints", [h.model for h in hints if h.model not in served])
     with progress_bar(not quiet) as progress:
         return compare(
             events,
@@ -128,9 +123,20 @@ def compare_trace(
             catalog=catalog,
             cluster=Cluster.load(cluster_file) if cluster_file else None,
             labels=labels,
-            hints=read_hints(hints_file, served) if hints_file else (),
+            hints=tuple(h for h in hints if h.model in served),
             unlimited=unlimited,
             progress=progress,
+        )
+
+
+def _warn_left_out(what: str, models: list[str]) -> None:
+    """Say on stderr that ``what`` (one per entry of ``models``) for models the catalog lacks are left out."""
+    if models:
+        names = sorted(set(models))
+        typer.echo(
+            f"warning: {len(models):,} {what} for {len(names)} model(s) missing from the catalog are "
+            f"not simulated: {abridged(names)}",
+            err=True,
         )
 
 

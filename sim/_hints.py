@@ -7,7 +7,6 @@ that ``model`` will be wanted from then for ``ttl_s`` seconds, as a product page
 from __future__ import annotations
 
 import csv
-from collections.abc import Collection
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -19,10 +18,10 @@ __all__ = ["read_hints"]
 _COLUMNS = ("timestamp", "model", "ttl_s")
 
 
-def read_hints(path: str | Path, models: Collection[str] | None = None) -> tuple[Hint, ...]:
+def read_hints(path: str | Path) -> tuple[Hint, ...]:
     """The hints of a CSV file, in file order. A missing column or a bad row is ``InvalidInput`` naming
-    the line, and so is a hint for a model outside ``models`` (when given: the catalog the hints are
-    for)."""
+    the line. Which models the hints are for is the caller's to check against its catalog: a hint for a
+    model it lacks is not malformed (``sim run`` leaves it out and says so, as it does a request)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -47,11 +46,6 @@ def read_hints(path: str | Path, models: Collection[str] | None = None) -> tuple
             at = epoch_seconds(cell["timestamp"])
         except ValueError as exc:
             raise InvalidInput(f"{path}: line {line}, column timestamp: {exc}", reason="row") from None
-        if models is not None and cell["model"] not in models:
-            raise InvalidInput(
-                f"{path}: line {line}, column model: {cell['model']!r} is not a model of the catalog",
-                reason="row",
-            )
         try:
             hints.append(Hint(model=cell["model"], ttl_s=cell["ttl_s"], received_at=at, source="hints-csv"))
         except ValidationError as exc:

@@ -46,11 +46,3 @@ def test_an_iso_time_without_a_zone_is_utc_as_in_trace_files(tmp_path: Path) -> 
     path = tmp_path / "hints.csv"
     path.write_text("timestamp,model,ttl_s\n2024-01-01T01:00:00,chat-7b,600\n")
     assert read_hints(path)[0].received_at == 1704070800.0
-
-
-def test_a_hint_for_a_model_outside_the_catalog_is_invalid_input_naming_its_line(tmp_path: Path) -> None:
-    path = tmp_path / "hints.csv"
-    path.write_text("timestamp,model,ttl_s\n1704067200,chat-7b,600\n1704067200,chat-70b,600\n")
-    assert len(read_hints(path)) == 2
-    with pytest.raises(InvalidInput, match="line 3, column model: 'chat-70b' is not a model of the catalog"):
-        read_hints(path, {"chat-7b"})

@@ -118,11 +118,11 @@ def test_sim_run_refuses_a_histogram_range_past_a_week_before_allocating_its_bin
     assert "whole number of minutes from 1 to 10,080" in result.output
 
 
-def _run_with_catalog(trace: Path, tmp_path: Path, models: list[str], sim_hours: str) -> Result:
+def _run_with_catalog(trace: Path, tmp_path: Path, models: list[str], sim_hours: str, *extra: str) -> Result:
     """``sim run`` of reactive on ``trace`` with a catalog of ``models`` alone."""
     catalog = tmp_path / "catalog.yaml"
     virtual_catalog(models).save(catalog)
-    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", sim_hours]
+    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", sim_hours, *extra]
     return CliRunner().invoke(app, [*args, "--catalog", str(catalog), "--policy", "reactive"])
 
 
@@ -133,6 +133,20 @@ def test_sim_run_says_which_requests_it_does_not_simulate_for_want_of_a_catalog_
     result = _run_with_catalog(trace, tmp_path, models, "2")
     assert result.exit_code == 0, result.output
     assert "model(s) missing from the catalog are not simulated: syn-0001" in result.output
+
+
+def test_sim_run_leaves_out_the_hints_for_models_outside_the_catalog_and_says_so(
+    trace: Path, tmp_path: Path
+) -> None:
+    events = pd.read_csv(trace)
+    models = sorted(set(events["model"]))
+    start = float(events["timestamp"].min()) + 2 * 86400
+    hints = tmp_path / "hints.csv"
+    rows = [f"{start + 60},{models[0]},600", f"{start + 120},retired-model,600"]
+    hints.write_text("timestamp,model,ttl_s\n" + "\n".join(rows) + "\n")
+    result = _run_with_catalog(trace, tmp_path, models, "2", "--hints", str(hints))
+    assert result.exit_code == 0, result.output
+    assert "1 hints for 1 model(s) missing from the catalog are not simulated: retired-model" in result.output
 
 
 def test_sim_run_refuses_a_window_whose_requests_are_all_for_models_outside_the_catalog(
