@@ -27,11 +27,12 @@ from ingest._sizebench import run_store_size_bench
 from ingest._stats import IngestStats, consumer_lag, ingest_stats
 from ingest._store import DemandStore, OffsetConflict, OffsetUpdate, StoredOffset
 from ingest._synthetic import FAMILIES, SyntheticTrace, generate, minute_counts
-from ingest._traces import azure2019_minute_counts, azure_model_id, read_trace
+from ingest._traces import TRACE_FORMATS, TraceFormat, azure2019_minute_counts, azure_model_id, read_trace
 from ingest._window import Cell, MinuteAggregator, Verdict, WindowPolicy, aggregate, minute_of
 
 __all__ = [
     "FAMILIES",
+    "TRACE_FORMATS",
     "BenchConfig",
     "Cell",
     "DeadLetter",
@@ -48,6 +49,7 @@ __all__ = [
     "RollupResult",
     "StoredOffset",
     "SyntheticTrace",
+    "TraceFormat",
     "Verdict",
     "WindowPolicy",
     "aggregate",

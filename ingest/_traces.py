@@ -1,4 +1,5 @@
-"""Trace files → request events: the ``timestamp,model`` CSV and the Azure Functions 2019 per-minute layout.
+"""Trace files → request events: the ``timestamp,model`` CSV, the Azure Functions 2019 per-minute layout
+and the Azure Functions 2021 per-invocation layout.
 
 Both readers return the same frame, ``timestamp`` (float epoch seconds) and ``model`` (a valid model
 id), sorted by time, so that replay, the simulator and the forecaster backtest never care where a trace
@@ -17,16 +18,25 @@ import pandas as pd
 
 from prewarm import MAX_EPOCH_S, InvalidInput, abridged, not_epoch_seconds, validate_model_id
 
-__all__ = ["AZURE2019_DEFAULT_START", "azure2019_minute_counts", "azure_model_id", "read_trace"]
+__all__ = [
+    "AZURE2019_DEFAULT_START",
+    "TRACE_FORMATS",
+    "TraceFormat",
+    "azure2019_minute_counts",
+    "azure_model_id",
+    "read_trace",
+]
 
 # Minute 1 of the Azure 2019 day files carries no date; a fixed Monday keeps replays reproducible and
 # puts weekday-dependent patterns on a known weekday.
 AZURE2019_DEFAULT_START = 1563148800.0  # 2019-07-15T00:00:00Z, a Monday
 _AZURE_MINUTES = 1440
 _AZURE_KEYS = ("HashOwner", "HashApp", "HashFunction", "Trigger")
+_AZURE2021_KEYS = ("app", "func", "end_timestamp", "duration")
 _HEX = re.compile(r"[0-9a-fA-F]{16,}")
 
-TraceFormat = Literal["requests", "azure2019"]
+TraceFormat = Literal["requests", "azure2019", "azure2021"]
+TRACE_FORMATS: tuple[TraceFormat, ...] = ("requests", "azure2019", "azure2021")
 
 
 def azure_model_id(hash_function: str) -> str:
@@ -43,16 +53,22 @@ def read_trace(
     columns ignored); ``start`` is ignored. ``fmt="azure2019"``: the per-minute count layout; each
     minute's ``n`` invocations are spread evenly over that minute (at ``(i + 0.5) * 60 / n`` seconds) so
     that re-bucketing per minute gives back exactly the file's counts; ``start`` is the epoch of minute 1
-    (default ``AZURE2019_DEFAULT_START``).
+    (default ``AZURE2019_DEFAULT_START``). ``fmt="azure2021"``: one row per invocation,
+    ``app,func,end_timestamp,duration`` (seconds from the trace's start); a request arrives when its
+    invocation started, ``end_timestamp - duration`` after ``start`` (default the same Monday: the file
+    carries no date either). The model of an Azure function is ``azure_model_id`` of its hash.
     """
     path = Path(path)
+    origin = AZURE2019_DEFAULT_START if start is None else float(start)
     if fmt == "requests":
         frame = _read_requests(path)
     elif fmt == "azure2019":
-        frame = _azure_events(azure2019_minute_counts(path, start=start))
+        frame = _azure_events(azure2019_minute_counts(path, start=origin))
+    elif fmt == "azure2021":
+        frame = _read_azure2021(path, origin)
     else:
         raise InvalidInput(
-            f"unknown trace format {fmt!r}; expected 'requests' or 'azure2019'", reason="format"
+            f"unknown trace format {fmt!r}; expected one of {', '.join(TRACE_FORMATS)}", reason="format"
         )
     order = np.argsort(frame["timestamp"].to_numpy(), kind="stable")
     return frame.iloc[order].reset_index(drop=True)
@@ -78,12 +94,7 @@ def azure2019_minute_counts(path: str | Path, *, start: float | None = None) -> 
         raise InvalidInput(f"{path}: minute columns must be within 1..{_AZURE_MINUTES}", reason="header")
     ids: list[str] = []
     for row, value in enumerate(raw["HashFunction"].tolist()):
-        if not isinstance(value, str) or not _HEX.fullmatch(value.strip()):
-            raise InvalidInput(
-                f"{path}: line {row + 2}, column HashFunction: expected a hex hash, got {value!r}",
-                reason="row",
-            )
-        ids.append(azure_model_id(value.strip()))
+        ids.append(_function_id(path, row, "HashFunction", value))
     counts = np.zeros((len(raw), _AZURE_MINUTES), dtype=np.int64)
     # All minute columns at once (a 1440-column loop of string work took seconds on a 4-row file).
     # Empty cells mean "no invocations" in the published files; anything else must be a count.
@@ -105,6 +116,50 @@ def azure2019_minute_counts(path: str | Path, *, start: float | None = None) -> 
     frame = frame.T.groupby(level=0, sort=True).sum().T
     frame.index.name = "timestamp"
     return frame
+
+
+def _function_id(path: Path, row: int, column: str, value: object) -> str:
+    """The model id of the Azure function hash in ``column`` of data row ``row``; a clear error if none."""
+    if not isinstance(value, str) or not _HEX.fullmatch(value.strip()):
+        raise InvalidInput(
+            f"{path}: line {row + 2}, column {column}: expected a hex hash, got {value!r}", reason="row"
+        )
+    return azure_model_id(value.strip())
+
+
+def _read_azure2021(path: Path, origin: float) -> pd.DataFrame:
+    raw = _read_csv(path, dtype=str)
+    raw.columns = [str(c).strip() for c in raw.columns]
+    missing = [key for key in _AZURE2021_KEYS if key not in raw.columns]
+    if missing:
+        raise InvalidInput(
+            f"{path}: not an Azure 2021 invocations file ('app,func,end_timestamp,duration'), missing "
+            f"column(s) {missing}",
+            reason="header",
+        )
+    seconds = {}
+    for column in ("end_timestamp", "duration"):
+        values = pd.to_numeric(raw[column], errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(values) | (values < 0)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise InvalidInput(
+                f"{path}: line {row + 2}, column {column}: expected non-negative seconds, "
+                f"got {raw[column].iloc[row]!r}",
+                reason="row",
+            )
+        seconds[column] = values
+    funcs = raw["func"]
+    # Each distinct hash checked once, at its first row: a function is invoked thousands of times.
+    ids = {
+        value: _function_id(path, int(row), "func", value) for row, value in funcs.drop_duplicates().items()
+    }
+    return pd.DataFrame(
+        {
+            "timestamp": origin + (seconds["end_timestamp"] - seconds["duration"]),
+            "model": funcs.map(ids).to_numpy(dtype=object).astype(str),
+        }
+    )
 
 
 def _azure_events(counts: pd.DataFrame) -> pd.DataFrame:
@@ -139,12 +194,13 @@ def _read_requests(path: Path) -> pd.DataFrame:
     raw.columns = [str(c).strip() for c in raw.columns]
     missing = [c for c in ("timestamp", "model") if c not in raw.columns]
     if missing:
-        if all(key in raw.columns for key in _AZURE_KEYS):
-            raise InvalidInput(
-                f"{path}: an Azure 2019 invocations file, not a 'timestamp,model' trace: "
-                "read it with --format azure2019",
-                reason="header",
-            )
+        for fmt, keys in (("azure2019", _AZURE_KEYS), ("azure2021", _AZURE2021_KEYS)):
+            if all(key in raw.columns for key in keys):
+                raise InvalidInput(
+                    f"{path}: an Azure {fmt[5:]} invocations file, not a 'timestamp,model' trace: "
+                    f"read it with --format {fmt}",
+                    reason="header",
+                )
         raise InvalidInput(
             f"{path}: header must contain 'timestamp,model', missing {missing} "
             f"(found {abridged(list(raw.columns), 8)})",

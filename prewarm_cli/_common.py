@@ -8,12 +8,15 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
 from prewarm import ConfigError, InvalidInput, PrewarmError, Settings, UnknownModel, epoch_seconds
+
+if TYPE_CHECKING:
+    from ingest import TraceFormat
 
 __all__ = [
     "app_group",
@@ -23,8 +26,13 @@ __all__ = [
     "fail",
     "parse_time",
     "settings_of",
+    "trace_format",
     "write_json",
 ]
+
+TRACE_FORMAT_HELP = (
+    "requests (timestamp,model), azure2019 (per-minute counts) or azure2021 (one row per invocation)."
+)
 
 # Errors the user can fix by changing what they passed: exit status 2, like a usage error.
 _USAGE_ERRORS = (ConfigError, InvalidInput, UnknownModel)
@@ -97,6 +105,15 @@ def check_png(path: Path | None, option: str = "--png") -> None:
     """Refuse, before any work, a plot file matplotlib would not write as a PNG."""
     if path is not None and path.suffix.lower() != ".png":
         raise InvalidInput(f"{option} {path}: the plot is drawn as a PNG, name a .png file")
+
+
+def trace_format(value: str) -> TraceFormat:
+    """``--format``'s value, one of the trace formats ``ingest.read_trace`` reads (a usage error if not)."""
+    from ingest import TRACE_FORMATS
+
+    if value not in TRACE_FORMATS:
+        raise typer.BadParameter(f"expected one of {', '.join(TRACE_FORMATS)}", param_hint="--format")
+    return value
 
 
 def parse_time(value: str, option: str = "time") -> float:

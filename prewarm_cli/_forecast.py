@@ -10,12 +10,22 @@ import math
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import typer
 
 from prewarm import InvalidInput, Settings
-from prewarm_cli._common import app_group, bench_app, check_png, parse_time, progress, settings_of, write_json
+from prewarm_cli._common import (
+    TRACE_FORMAT_HELP,
+    app_group,
+    bench_app,
+    check_png,
+    parse_time,
+    progress,
+    settings_of,
+    trace_format,
+    write_json,
+)
 
 app = app_group("Train, inspect and backtest the per-model demand forecasters.")
 
@@ -161,14 +171,14 @@ def _actual_counts(url: str, model: str, start: float, end: float, bucket_s: int
 @app.command("backtest")
 def backtest_cmd(
     ctx: typer.Context,
-    trace: Path = typer.Option(..., "--trace", help="Trace file (timestamp,model CSV or Azure 2019)."),
-    fmt: str = typer.Option("requests", "--format", help="requests or azure2019."),
+    trace: Path = typer.Option(..., "--trace", help="Trace file (see --format)."),
+    fmt: str = typer.Option("requests", "--format", help=TRACE_FORMAT_HELP),
     train_until: str = typer.Option(..., "--train-until", help="Epoch seconds or ISO-8601: end of training."),
     lead_minutes: int | None = typer.Option(None, "--lead-minutes", help="Lead (default: setting, 5)."),
     window_minutes: int | None = typer.Option(
         None, "--window-minutes", help="Window (default: setting, 10)."
     ),
-    start: str | None = typer.Option(None, "--start", help="Azure 2019: time of minute 1."),
+    start: str | None = typer.Option(None, "--start", help="Azure formats: the time the trace starts."),
     plots: Path | None = typer.Option(None, "--plots", help="Write reliability and forecast PNGs here."),
     json_out: Path | None = _JSON,
 ) -> None:
@@ -176,9 +186,7 @@ def backtest_cmd(
     from forecaster import History, backtest, selection_config
     from ingest import azure2019_minute_counts, read_trace
 
-    if fmt not in ("requests", "azure2019"):
-        raise typer.BadParameter("expected requests or azure2019", param_hint="--format")
-    trace_fmt: Literal["requests", "azure2019"] = "azure2019" if fmt == "azure2019" else "requests"
+    trace_fmt = trace_format(fmt)
     settings = settings_of(ctx)
     lead = settings.forecast.lead_minutes if lead_minutes is None else lead_minutes
     window = settings.forecast.window_minutes if window_minutes is None else window_minutes
@@ -187,7 +195,7 @@ def backtest_cmd(
         # The file is per-minute counts of a whole day: use them as they are, trailing zeros included.
         history = History.from_frame(azure2019_minute_counts(trace, start=origin))
     else:
-        events = read_trace(trace, trace_fmt)
+        events = read_trace(trace, trace_fmt, start=origin)
         if events.empty:
             raise InvalidInput(f"{trace}: no events", reason="empty")
         history = History.from_events(events)

@@ -9,7 +9,14 @@ from typing import Any
 import typer
 
 from prewarm import get_logger
-from prewarm_cli._common import app_group, catalog_path, parse_time, settings_of
+from prewarm_cli._common import (
+    TRACE_FORMAT_HELP,
+    app_group,
+    catalog_path,
+    parse_time,
+    settings_of,
+    trace_format,
+)
 
 app = app_group("Produce request-log events to Kafka: synthetic traffic or a trace replay.")
 log = get_logger("prewarm.cli.produce")
@@ -70,20 +77,21 @@ def synthetic(
 def trace(
     ctx: typer.Context,
     path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Trace CSV."),
-    fmt: str = typer.Option("requests", "--format", help="requests (timestamp,model) or azure2019."),
+    fmt: str = typer.Option("requests", "--format", help=TRACE_FORMAT_HELP),
     speedup: float = typer.Option(
         0.0, "--speedup", min=0, help="Event time runs this many times faster than wall time (0: no pacing)."
     ),
     start: str | None = typer.Option(
         None,
-        help="azure2019: epoch of minute 1 (default 2019-07-15T00:00Z); requests: shift the trace to it.",
+        help="Azure formats: the time the trace starts (default 2019-07-15T00:00Z); requests: shift the "
+        "trace to it.",
     ),
 ) -> None:
     """Replay a trace file (the formats of the design) onto the request-log topic."""
     from ingest import read_trace
 
     origin = parse_time(start, "--start") if start is not None else None
-    frame = read_trace(path, fmt, start=origin)  # type: ignore[arg-type]  # read_trace names a bad format
+    frame = read_trace(path, trace_format(fmt), start=origin)
     if fmt == "requests" and origin is not None and not frame.empty:  # shift the trace to --start
         frame = frame.assign(timestamp=frame["timestamp"] - float(frame["timestamp"].iloc[0]) + origin)
     _replay(ctx, frame, speedup, f"trace {path.name}")

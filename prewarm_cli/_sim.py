@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from prewarm import abridged
-from prewarm_cli._common import app_group, bench_app, fail, progress, progress_bar, settings_of, write_json
+from prewarm_cli._common import (
+    TRACE_FORMAT_HELP,
+    app_group,
+    bench_app,
+    fail,
+    progress,
+    progress_bar,
+    settings_of,
+    trace_format,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from sim import SimMetrics
@@ -20,8 +30,8 @@ app = app_group("Trace-driven cluster simulation: the real planner against basel
 @app.command()
 def run(
     ctx: typer.Context,
-    trace: Path = typer.Option(..., exists=True, dir_okay=False, help="Trace CSV (timestamp,model)."),
-    fmt: str = typer.Option("requests", "--format", help="requests or azure2019."),
+    trace: Path = typer.Option(..., exists=True, dir_okay=False, help="Trace file (see --format)."),
+    fmt: str = typer.Option("requests", "--format", help=TRACE_FORMAT_HELP),
     train_days: float = typer.Option(7.0, help="Days at the start of the trace the forecaster learns from."),
     sim_hours: float = typer.Option(24.0, help="Hours after the training part to simulate."),
     cluster_file: Path | None = typer.Option(
@@ -46,8 +56,7 @@ def run(
     from ingest import read_trace
     from sim import DEFAULT_POLICIES, available
 
-    # read_trace validates the format: an unknown one is InvalidInput, exit status 2.
-    events = read_trace(trace, cast("Literal['requests', 'azure2019']", fmt))
+    events = read_trace(trace, trace_format(fmt))
     labels = list(policies) if policies else available(DEFAULT_POLICIES)
     to_stdout = out is not None and str(out) == "-"
     results = compare_trace(

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any
 
 import typer
 
 from prewarm import InvalidInput
-from prewarm_cli._common import check_png, write_json
+from prewarm_cli._common import TRACE_FORMAT_HELP, check_png, trace_format, write_json
 
 __all__ = ["parse_grid", "sweep"]
 
@@ -47,8 +47,8 @@ def parse_grid(
 
 def sweep(
     ctx: typer.Context,
-    trace: Path = typer.Option(..., exists=True, dir_okay=False, help="Trace CSV (timestamp,model)."),
-    fmt: str = typer.Option("requests", "--format", help="requests or azure2019."),
+    trace: Path = typer.Option(..., exists=True, dir_okay=False, help="Trace file (see --format)."),
+    fmt: str = typer.Option("requests", "--format", help=TRACE_FORMAT_HELP),
     catalog_file: Path | None = typer.Option(
         None, "--catalog", exists=True, dir_okay=False, help="Catalog (default: virtual sizes)."
     ),
@@ -85,8 +85,7 @@ def sweep(
     unknown = [kind for kind in grid if kind not in kinds]
     if unknown:
         raise InvalidInput(f"unknown policy {', '.join(unknown)}: known are {', '.join(kinds)}")
-    # read_trace validates the format: an unknown one is InvalidInput, exit status 2.
-    events = read_trace(trace, cast("Literal['requests', 'azure2019']", fmt))
+    events = read_trace(trace, trace_format(fmt))
     quiet = out is not None and str(out) == "-"
 
     def run(labels: list[str]) -> Mapping[str, Mapping[str, Any]]:

@@ -57,7 +57,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ingest import azure_model_id, generate, read_trace
+from ingest import generate, read_trace
 from models import Catalog
 from prewarm import Hint, InvalidInput
 from scheduler import Cluster
@@ -261,15 +261,9 @@ def _azure_samples(rng: np.random.Generator) -> Case:
         raise InvalidInput(f"the azure_samples case needs the repository's {_SAMPLES} (data/README.md)")
     days = 3
     one_day = _azure2019_day()
-    late = pd.read_csv(_SAMPLES / "Azure2021_200.csv")
-    kept = late["func"].value_counts()
-    late = late[late["func"].isin(kept[kept >= 2].index)]
-    late_day = pd.DataFrame(
-        {
-            "timestamp": _MON + (late["end_timestamp"] - late["duration"]).to_numpy(dtype=np.float64),
-            "model": [azure_model_id(f) for f in late["func"]],
-        }
-    )
+    late = read_trace(_SAMPLES / "Azure2021_200.csv", "azure2021", start=_MON)
+    kept = late["model"].value_counts()
+    late_day = late[late["model"].isin(kept[kept >= 2].index)]
     clock = _clock(_MON, days - 1, 24)
     ev = Events(clock, rng)
     for source, kind in ((one_day, "azure2019"), (late_day, "azure2021")):

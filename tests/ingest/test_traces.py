@@ -1,4 +1,4 @@
-"""The trace readers: both formats give the same frame, and bad rows are named by line and column."""
+"""The trace readers: every format gives the same frame, and bad rows are named by line and column."""
 
 from __future__ import annotations
 
@@ -104,3 +104,39 @@ def test_azure_bad_count_is_named_by_line_and_column(tmp_path: Path) -> None:
 def test_requests_file_read_as_azure_is_invalid_input(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="HashFunction"):
         read_trace(_write(tmp_path, "timestamp,model\n1,a\n"), "azure2019")
+
+
+def test_an_azure_2021_invocation_arrives_when_it_started_its_function_named_as_in_2019(
+    azure_samples: Path,
+) -> None:
+    raw = pd.read_csv(azure_samples / "Azure2021_200.csv")
+    events = read_trace(azure_samples / "Azure2021_200.csv", "azure2021")
+    assert len(events) == len(raw)
+    assert np.all(np.diff(events["timestamp"].to_numpy()) >= 0)
+    first = raw.loc[(raw["end_timestamp"] - raw["duration"]).idxmin()]
+    assert events["timestamp"].iloc[0] == pytest.approx(
+        AZURE2019_DEFAULT_START + first["end_timestamp"] - first["duration"]
+    )
+    assert events["model"].iloc[0] == f"fn-{first['func'][:16]}"
+    assert set(events["model"]) == {f"fn-{f[:16]}" for f in raw["func"]}
+    later = read_trace(azure_samples / "Azure2021_200.csv", "azure2021", start=AZURE2019_DEFAULT_START + 60)
+    assert np.allclose(later["timestamp"].to_numpy() - events["timestamp"].to_numpy(), 60.0)
+
+
+@pytest.mark.parametrize(
+    ("row", "where"),
+    [
+        ("a1,{f},12.5,-1", "line 2, column duration"),
+        ("a1,{f},soon,0.5", "line 2, column end_timestamp"),
+        ("a1,not-a-hash,12.5,0.5", "line 2, column func"),
+    ],
+)
+def test_a_bad_azure_2021_row_is_named_by_line_and_column(tmp_path: Path, row: str, where: str) -> None:
+    body = "app,func,end_timestamp,duration\n" + row.format(f="ab" * 32) + "\n"
+    with pytest.raises(InvalidInput, match=where):
+        read_trace(_write(tmp_path, body), "azure2021")
+
+
+def test_an_azure_2021_file_read_as_requests_says_which_format_reads_it(azure_samples: Path) -> None:
+    with pytest.raises(InvalidInput, match="--format azure2021"):
+        read_trace(azure_samples / "Azure2021_200.csv", "requests")

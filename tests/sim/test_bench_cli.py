@@ -50,7 +50,7 @@ def test_sim_run_rejects_an_unknown_trace_format(tmp_path: Path) -> None:
     trace.write_text("timestamp,model\n1704067200,m0\n")
     result = CliRunner().invoke(app, ["sim", "run", "--trace", str(trace), "--format", "parquet"])
     assert result.exit_code == 2, result.output
-    assert "unknown trace format 'parquet'" in result.output
+    assert "expected one of requests, azure2019, azure2021" in result.output
 
 
 def test_bench_policy_refuses_a_negative_draw_before_building_any_case() -> None:

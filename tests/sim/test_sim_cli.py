@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,24 @@ def test_sim_run_refuses_a_histogram_range_past_a_week_before_allocating_its_bin
     result = CliRunner().invoke(app, [*args, "--policy", "histogram:1e9"])
     assert result.exit_code == 2, result.output
     assert "whole number of minutes from 1 to 10,080" in result.output
+
+
+def test_sim_run_reads_an_azure_2021_trace_as_the_same_requests(trace: Path, tmp_path: Path) -> None:
+    events = pd.read_csv(trace)
+    hashes = {m: hashlib.sha256(m.encode()).hexdigest() for m in events["model"].unique()}
+    start = float(events["timestamp"].min())
+    azure = tmp_path / "azure2021.csv"
+    pd.DataFrame(
+        {
+            "app": "app0",
+            "func": events["model"].map(hashes),
+            "end_timestamp": events["timestamp"] - start + 0.25,
+            "duration": 0.25,
+        }
+    ).to_csv(azure, index=False)
+    as_requests = _sim_run(trace, tmp_path / "a.json", "--policy", "reactive")
+    as_azure = _sim_run(azure, tmp_path / "b.json", "--policy", "reactive", "--format", "azure2021")
+    assert as_azure["reactive"]["requests"] == as_requests["reactive"]["requests"] > 0
 
 
 def _run_with_catalog(trace: Path, tmp_path: Path, models: list[str], sim_hours: str, *extra: str) -> Result:
