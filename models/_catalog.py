@@ -10,6 +10,8 @@ A checkpoint entry (a Hugging Face directory or object-store prefix) lists its f
         - {path: config.json, size_bytes: 612, sha256: ...}
         - {path: model-00001-of-00002.safetensors, size_bytes: 617283, sha256: ...}
 
+A size may be written as people write it (``16GB``, ``2GiB``), as in cluster files.
+
 ``Catalog.load`` collects every problem before failing, one line per problem naming the entry and the
 field, so an operator fixes a bad catalog in one pass.
 """

@@ -6,10 +6,10 @@ import enum
 from typing import Annotated, Self
 from urllib.parse import quote, unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from models._files import SHA256, EntryProblems, FileSpec, file_problems, is_weight_file, manifest_sha256
-from prewarm import ModelId, known_schemes
+from prewarm import ModelId, known_schemes, parse_bytes
 
 __all__ = ["ModelSpec", "PriorityClass"]
 
@@ -41,7 +41,7 @@ class ModelSpec(BaseModel):
     id: ModelId
     version: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")]
     uri: str
-    size_bytes: Annotated[int, Field(gt=0)]
+    size_bytes: Annotated[int, BeforeValidator(parse_bytes), Field(gt=0)]  # or as written: "16GB", "2GiB"
     sha256: str | None = None
     priority: PriorityClass = PriorityClass.STANDARD
     files: tuple[FileSpec, ...] = ()

@@ -141,3 +141,9 @@ def test_a_scheme_registered_in_the_spine_makes_catalog_uris_valid() -> None:
         ModelSpec.model_validate(_entry(uri=uri))
     register_scheme("prewarm-test-catalog")
     assert ModelSpec.model_validate(_entry(uri=uri)).uri == uri
+
+
+def test_a_size_is_read_as_people_write_it_as_in_cluster_files(tmp_path: Path) -> None:
+    path = _write(tmp_path / "c.yaml", [_entry(size_bytes="16GB"), _entry(id="b", size_bytes="2GiB")])
+    catalog = Catalog.load(path)
+    assert [catalog["llama-8b"].size_bytes, catalog["b"].size_bytes] == [16_000_000_000, 2 * 2**30]
