@@ -205,14 +205,26 @@ class LiveForecasts:
         inside = (minute >= first) & (minute < m_now)
         active = np.zeros((n, span), dtype=bool)
         active[self._log_i[inside], minute[inside] - first] = True
-        p = -np.expm1(-self._scale[:, None] * self.bundle.rates(60.0 * (first + np.arange(span))))
+        lam = self.bundle.rates(60.0 * (first + np.arange(span)))
+        p = -np.expm1(-self._scale[:, None] * lam)
+        before = self._last_dropped.copy()
+        earlier = minute < first
+        np.maximum.at(before, self._log_i[earlier], minute[earlier].astype(np.float64))
+        tau = _idle_minutes(active, before, first)
+        # What came is weighed against what the live forecast expected, minute by minute: for a model
+        # whose chance follows its state (a request in the last ``state_minutes``: the bundle's active
+        # factor, else its idle one) the chance its state gave, so that a burst the active factor
+        # already expects is not read as a new level too (it was counted twice: a model with a request
+        # minutes ago was forecast sure of another for the whole horizon, on an on/off trace 0.5 came).
+        stated = self._state.copy()
+        stated[self._structured] = False
+        if stated.any():
+            recent = tau[stated] <= self.bundle.state_minutes
+            active_p = -np.expm1(-self._scale_active[stated, None] * lam[stated])
+            idle_p = -np.expm1(-self._scale_idle[stated, None] * lam[stated])
+            p[stated] = np.where(recent, active_p, idle_p)
         if self._structured.size:
-            before = self._last_dropped.copy()
-            earlier = minute < first
-            np.maximum.at(before, self._log_i[earlier], minute[earlier].astype(np.float64))
-            p[self._structured] = self._hazard_path(
-                active[self._structured], p[self._structured], before[self._structured], first
-            )
+            p[self._structured] = self._hazard_path(tau[self._structured], p[self._structured])
         # Counts over the last w minutes for every window, newest first.
         obs = np.cumsum(active[:, ::-1], axis=1)
         exp = np.cumsum(p[:, ::-1], axis=1)
@@ -238,18 +250,10 @@ class LiveForecasts:
         return level, extra
 
     def _hazard_path(
-        self,
-        active: npt.NDArray[np.bool_],
-        p: npt.NDArray[np.float64],
-        before: npt.NDArray[np.float64],
-        first: int,
+        self, tau: npt.NDArray[np.float64], p: npt.NDArray[np.float64]
     ) -> npt.NDArray[np.float64]:
-        """The one-minute-ahead chance the idle-time model gave each past minute, for structured rows."""
-        steps = np.arange(active.shape[1])
-        run = np.maximum.accumulate(np.where(active, steps, -1), axis=1)
-        previous = np.concatenate([np.full((active.shape[0], 1), -1), run[:, :-1]], axis=1)
-        last = np.where(previous >= 0, first + previous, before[:, None])
-        tau = (first + steps)[None, :] - last
+        """The one-minute-ahead chance the idle-time model gave each past minute, ``tau`` minutes after
+        the request before it, for structured rows."""
         known = np.isfinite(tau)
         bins = self._lookup[np.clip(np.nan_to_num(tau, posinf=TAU_MAX), 0, TAU_MAX).astype(np.int64)]
         factor = np.take_along_axis(self._g, bins, axis=1)
@@ -351,6 +355,19 @@ class LiveForecasts:
         padded[:, :minutes] = u
         self._kernels[minutes] = padded
         return padded
+
+
+def _idle_minutes(
+    active: npt.NDArray[np.bool_], before: npt.NDArray[np.float64], first: int
+) -> npt.NDArray[np.float64]:
+    """Per model and past minute (``first`` on, ``active`` marking those with a request), the minutes
+    since the last request before it (``before``: the last minute with one before ``first``; inf where
+    none is known)."""
+    steps = np.arange(active.shape[1])
+    run = np.maximum.accumulate(np.where(active, steps, -1), axis=1)
+    previous = np.concatenate([np.full((active.shape[0], 1), -1), run[:, :-1]], axis=1)
+    last = np.where(previous >= 0, first + previous, before[:, None])
+    return np.asarray((first + steps)[None, :] - last, dtype=np.float64)
 
 
 def _anscombe(

@@ -3,6 +3,7 @@ observed since training (recent arrivals, models the bundle never saw)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -237,3 +238,48 @@ def test_a_model_unseen_in_training_is_used_daily_at_its_observed_rate(bundle: F
     # The recent rate blends the last hour (3 in 60 minutes) with the last ten minutes (3 in 10).
     per_minute = 0.5 * 3 / 60 + 0.5 * 3 / 10
     assert live(now)["launched/after-training"].daily_requests == pytest.approx(per_minute * 1440, rel=0.05)
+
+
+def _on_off(seed: int = 0, span: float = 7 * DAY) -> np.ndarray:
+    """Bursts of a request a minute for 30 minutes on average, between quiet spells of 4 hours."""
+    rng = np.random.default_rng(seed)
+    t, on, out = START, False, []
+    while t < START + span:
+        length = rng.exponential(1800.0 if on else 14400.0)
+        rate = 1 / 60 if on else 0.002 / 60
+        out.extend(t + length * rng.random(rng.poisson(rate * length)))
+        t, on = t + length, not on
+    return np.sort(np.array(out))
+
+
+@pytest.fixture(scope="module")
+def bursty() -> ForecasterBundle:
+    """A bundle of one bursty model whose chance follows its state: no idle-time profile, so its active
+    and idle factors (a request in the last ``state_minutes`` or not) say what recent activity means."""
+    frame = _frame({"bursty/on-off": _on_off()}, CUT)
+    bundle = fit_bundle(History.from_events(frame, start=START, end=CUT))
+    assert bundle.scales(state="active")[0] > 3 * bundle.scales()[0]
+    return dataclasses.replace(bundle, idle=None)
+
+
+def _after_requests(bundle: ForecasterBundle, count: int) -> tuple[float, float]:
+    """The live chance of a request 5-15 minutes after ``count`` requests in 8 minutes, and the bundle's
+    own for a model with recent requests."""
+    live, model, now = LiveForecasts(bundle), "bursty/on-off", CUT + 3 * 3600.0
+    for k in range(count):
+        live.observe(model, now - 480.0 + 90.0 * k)
+    stated = bundle.predict(now, recent={model: count})[model]
+    return live(now)[model].p_between(now + 300, now + 900), stated.p_between(now + 300, now + 900)
+
+
+def test_a_burst_the_active_state_expects_is_not_read_as_a_new_level_too(bursty: ForecasterBundle) -> None:
+    # Weighed against the unconditional chance, five requests in eight minutes looked like a crowd,
+    # and the model was forecast sure of a request for the whole horizon (0.999 here).
+    live, stated = _after_requests(bursty, 5)
+    assert live == pytest.approx(stated)
+    assert live < 0.7
+
+
+def test_more_than_the_active_state_expects_still_raises_the_level(bursty: ForecasterBundle) -> None:
+    live, stated = _after_requests(bursty, 8)
+    assert live > stated + 0.2
