@@ -13,7 +13,9 @@ needs for the long tail, and ``LiveForecasts`` adds them from the requests it is
    the first minutes, as ``predict(recent=...)``, where the profile found that it helps).
 2. **Recent arrivals.** A flash crowd or a deprecation changes a model's rate after training. Over the
    last 10, 30, 120 and 480 minutes (never before ``since``, the first time every request is
-   observed) the active minutes seen are compared with those the forecast expected; the longest
+   observed) the active minutes seen are compared with those the forecast expected, minute by minute
+   as it gives them (after the idle time then, or in the state then: a burst the active factor
+   expects is no news); the longest
    window that agrees with every shorter one (within two standard deviations: so a crowd that just
    began or just ended is not averaged with hours of something else) sets the model's level: its
    chance per minute becomes ``L·p(t) + r`` with ``L = (observed + 1) / (expected + 1)`` and ``r``
