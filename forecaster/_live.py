@@ -15,9 +15,9 @@ needs for the long tail, and ``LiveForecasts`` adds them from the requests it is
    last 10, 30, 120 and 480 minutes (never before ``since``, the first time every request is
    observed) the active minutes seen are compared with those the forecast expected, minute by minute
    as it gives them (after the idle time then, or in the state then: a burst the active factor
-   expects is no news); the longest
-   window that agrees with every shorter one (within two standard deviations: so a crowd that just
-   began or just ended is not averaged with hours of something else) sets the model's level: its
+   expects is no news); the longest window that agrees with every shorter one (within two standard
+   deviations: so a crowd that just began or just ended is not averaged with hours of something
+   else) sets the model's level: its
    chance per minute becomes ``L·p(t) + r`` with ``L = (observed + 1) / (expected + 1)`` and ``r``
    the rest of the observed minutes spread evenly (a model the bundle thought silent). Unless some
    window's count is ``level_z`` (Anscombe) standard deviations from its expectation nothing
