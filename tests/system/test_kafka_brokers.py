@@ -69,7 +69,9 @@ def _skip_reason() -> str | None:
 
 
 def _free_base_port() -> int:
-    """A base port with the six ports after it (brokers, controllers) free right now."""
+    """A base port with the six ports after it (brokers, controllers) free right now, below the range
+    the kernel hands out to outgoing connections: there, a client's or a broker's own connection could
+    take one of them between this check and the broker's bind ("Address already in use")."""
 
     def free(port: int) -> bool:
         with socket.socket() as s:
@@ -79,9 +81,13 @@ def _free_base_port() -> int:
                 return False
             return True
 
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32_768  # Linux's default start
     rng = random.Random()
     for _ in range(100):
-        base = rng.randrange(41_000, 59_000)
+        base = rng.randrange(20_000, max(ephemeral, 20_007) - 6)
         if all(free(base + i) for i in range(6)):
             return base
     raise AssertionError("no six free ports in a row on 127.0.0.1")
