@@ -1,7 +1,7 @@
 """Trace files → request events: the ``timestamp,model`` CSV, the Azure Functions 2019 per-minute layout
 and the Azure Functions 2021 per-invocation layout.
 
-Both readers return the same frame, ``timestamp`` (float epoch seconds) and ``model`` (a valid model
+Every reader returns the same frame, ``timestamp`` (float epoch seconds) and ``model`` (a valid model
 id), sorted by time, so that replay, the simulator and the forecaster backtest never care where a trace
 came from. A malformed row is an ``InvalidInput`` naming its line and column: a trace is a file a person
 passed on the command line, and silently skipping rows would make every figure computed from it wrong.
