@@ -132,7 +132,7 @@ def compare_trace(
             catalog=catalog,
             cluster=Cluster.load(cluster_file) if cluster_file else None,
             labels=labels,
-            hints=tuple(h for h in hints if h.model in served),
+            hints=hints,
             unlimited=unlimited,
             progress=progress,
         )

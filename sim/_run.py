@@ -116,8 +116,9 @@ def simulate(
 ) -> SimMetrics:
     """Replay requests (``timestamps[i]`` for ``models[i]``) in the world's window under ``policy``.
 
-    Requests for models outside the world's catalog are ignored (a trace may hold more than the platform
-    serves); one for a model no node's GPUs can hold is ``InvalidInput``.
+    Requests and hints for models outside the world's catalog are ignored (a trace or a hints file may
+    hold more than the platform serves); a request for a model no node's GPUs can hold is
+    ``InvalidInput``.
     """
     start, end = world.record.start, world.record.end
     ts, names = _sorted(timestamps, models)
@@ -147,7 +148,10 @@ def simulate(
     )
     clock, record = world.clock, world.record
     clock.now = begin
-    pending = sorted(hints, key=lambda h: h.received_at if h.received_at is not None else begin)
+    pending = sorted(
+        (h for h in hints if h.model in ids),
+        key=lambda h: h.received_at if h.received_at is not None else begin,
+    )
     hint_pos = 0
 
     def due(order: Order) -> None:

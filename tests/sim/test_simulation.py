@@ -7,7 +7,7 @@ import pandas as pd
 
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec
-from prewarm import load_settings
+from prewarm import Hint, load_settings
 from scheduler import Cluster, PlannerConfig
 from sim import PrewarmPolicy, ReactivePolicy, SimMetrics, World, fit_forecasts, simulate
 
@@ -185,3 +185,16 @@ def test_a_model_first_requested_after_the_cut_is_met_by_the_live_forecaster_not
         source.observe("new", float(at))
     forecast = source(float(new[2]) + 1.0)["new"]
     assert forecast.p_window(new[2] + 1.0, new[2] + 601.0) > 0.5  # a request every 2 minutes, seen
+
+
+def test_a_hint_for_a_model_outside_the_catalog_is_ignored_and_one_inside_it_planned_for() -> None:
+    catalog, cluster = _catalog({"m": 20 * GB}), _cluster("80GB")
+    hints = [
+        Hint(model="retired", ttl_s=600, received_at=SURGE, source="web"),
+        Hint(model="m", ttl_s=600, received_at=SURGE, source="web"),
+    ]
+    policy = PrewarmPolicy(PlannerConfig(), None, forecast_every_s=60)
+    world = World(cluster, catalog, start=SURGE - 3600, end=SURGE + 1800)
+    report = simulate(policy, world, [SURGE + 300], ["m"], hints=hints)
+    assert report.prefetches == 1
+    assert report.cold_starts == 0
