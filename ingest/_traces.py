@@ -10,10 +10,12 @@ passed on the command line, and silently skipping rows would make every figure c
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from prewarm import MAX_EPOCH_S, InvalidInput, abridged, not_epoch_seconds, validate_model_id
@@ -140,14 +142,9 @@ def _read_azure2021(path: Path, origin: float) -> pd.DataFrame:
     seconds = {}
     for column in ("end_timestamp", "duration"):
         values = pd.to_numeric(raw[column], errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~np.isfinite(values) | (values < 0)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise InvalidInput(
-                f"{path}: line {row + 2}, column {column}: expected non-negative seconds, "
-                f"got {raw[column].iloc[row]!r}",
-                reason="row",
-            )
+        _refuse_first(
+            path, ~np.isfinite(values) | (values < 0), raw[column], _expected("non-negative seconds")
+        )
         seconds[column] = values
     funcs = raw["func"]
     # Each distinct hash checked once, at its first row: a function is invoked thousands of times.
@@ -160,6 +157,22 @@ def _read_azure2021(path: Path, origin: float) -> pd.DataFrame:
             "model": funcs.map(ids).to_numpy(dtype=object).astype(str),
         }
     )
+
+
+def _refuse_first(
+    path: Path, bad: npt.NDArray[np.bool_], cells: pd.Series, say: Callable[[Any], str]
+) -> None:
+    """``InvalidInput`` naming the first data row where ``bad`` holds: its line, the column ``cells`` is,
+    and what ``say`` says of its cell."""
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InvalidInput(
+            f"{path}: line {row + 2}, column {cells.name}: {say(cells.iloc[row])}", reason="row"
+        )
+
+
+def _expected(what: str) -> Callable[[Any], str]:
+    return lambda cell: f"expected {what}, got {cell!r}"
 
 
 def _azure_events(counts: pd.DataFrame) -> pd.DataFrame:
@@ -215,21 +228,8 @@ def _read_requests(path: Path) -> pd.DataFrame:
         epoch = np.full(len(parsed), np.nan)
         epoch[ok] = (parsed[ok] - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=np.float64)
         numeric[needs_iso] = epoch
-    bad = ~np.isfinite(numeric)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise InvalidInput(
-            f"{path}: line {row + 2}, column timestamp: expected epoch seconds or ISO-8601, "
-            f"got {raw['timestamp'].iloc[row]!r}",
-            reason="row",
-        )
-    late = np.abs(numeric) >= MAX_EPOCH_S
-    if late.any():
-        row = int(np.flatnonzero(late)[0])
-        raise InvalidInput(
-            f"{path}: line {row + 2}, column timestamp: {not_epoch_seconds(raw['timestamp'].iloc[row])}",
-            reason="row",
-        )
+    _refuse_first(path, ~np.isfinite(numeric), raw["timestamp"], _expected("epoch seconds or ISO-8601"))
+    _refuse_first(path, np.abs(numeric) >= MAX_EPOCH_S, raw["timestamp"], not_epoch_seconds)
     models = raw["model"].fillna("").astype(str).str.strip()
     # Validate each distinct id once; traces repeat a handful of ids millions of times.
     for model in pd.unique(models.to_numpy()):
