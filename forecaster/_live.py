@@ -212,7 +212,6 @@ class LiveForecasts:
         before = self._last_dropped.copy()
         earlier = minute < first
         np.maximum.at(before, self._log_i[earlier], minute[earlier].astype(np.float64))
-        tau = _idle_minutes(active, before, first)
         # What came is weighed against what the live forecast expected, minute by minute: for a model
         # whose chance follows its state (a request in the last ``state_minutes``: the bundle's active
         # factor, else its idle one) the chance its state gave, so that a burst the active factor
@@ -221,12 +220,13 @@ class LiveForecasts:
         stated = self._state.copy()
         stated[self._structured] = False
         if stated.any():
-            recent = tau[stated] <= self.bundle.state_minutes
+            recent = _idle_minutes(active[stated], before[stated], first) <= self.bundle.state_minutes
             active_p = -np.expm1(-self._scale_active[stated, None] * lam[stated])
             idle_p = -np.expm1(-self._scale_idle[stated, None] * lam[stated])
             p[stated] = np.where(recent, active_p, idle_p)
         if self._structured.size:
-            p[self._structured] = self._hazard_path(tau[self._structured], p[self._structured])
+            s = self._structured
+            p[s] = self._hazard_path(_idle_minutes(active[s], before[s], first), p[s])
         # Counts over the last w minutes for every window, newest first.
         obs = np.cumsum(active[:, ::-1], axis=1)
         exp = np.cumsum(p[:, ::-1], axis=1)
