@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ingest import TraceFormat
 
 __all__ = [
+    "TRACE_FORMAT_HELP",
     "app_group",
     "bench_app",
     "catalog_path",
