@@ -35,6 +35,7 @@ __all__ = [
     "diurnal",
     "fits_at_once",
     "fleet",
+    "mixed_cluster",
     "normal_quantiles",
     "ramp",
     "roomy_cluster",
@@ -278,6 +279,23 @@ def tight_cluster(disk: str = "2TB") -> Cluster:
                     "disk_cache_bytes": disk,
                 }
                 for k in range(2)
+            ],
+            "bandwidth": _BANDWIDTH,
+        }
+    )
+
+
+def mixed_cluster() -> Cluster:
+    """Two unequal nodes: one with a 40 GB and two 80 GB GPUs, 256 GB of host cache and 2 TB of NVMe, one
+    with a single 80 GB GPU, 128 GB and 1 TB; where a model fits, and which node a load should go to,
+    differ from GPU to GPU."""
+    node_a = {"gpus": [{"memory_bytes": m} for m in ("40GB", "80GB", "80GB")], "host_cache_bytes": "256GB"}
+    node_b = {"gpus": [{"memory_bytes": "80GB"}], "host_cache_bytes": "128GB"}
+    return Cluster.from_data(
+        {
+            "nodes": [
+                {"name": "gpu-a", **node_a, "disk_cache_bytes": "2TB"},
+                {"name": "gpu-b", **node_b, "disk_cache_bytes": "1TB"},
             ],
             "bandwidth": _BANDWIDTH,
         }

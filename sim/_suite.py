@@ -2,9 +2,9 @@
 
 Each case is a trace (``timestamp,model``), a catalog whose sizes span 140 × (1 GB to 140 GB of FP16
 weights), two clusters — ``tight`` (2 nodes of 2 × 80 GB GPUs, 256 GB host cache and 2 TB NVMe each,
-against about a terabyte of weights; ``rotation``'s disks are 1 TB) and ``roomy`` (every model in GPU
-memory at once) — the business hints where the case has any, and the split into a training span and a
-simulated window.
+against about a terabyte of weights; ``rotation``'s disks are 1 TB, ``onoff``'s nodes unequal) and
+``roomy`` (every model in GPU memory at once) — the business hints where the case has any, and the
+split into a training span and a simulated window.
 
 Tune cases (a policy's knobs may be chosen on these):
 
@@ -18,7 +18,10 @@ Tune cases (a policy's knobs may be chosen on these):
   traffic of its kind, so it tunes and never judges;
 - ``rotation``: a catalogue three times the size of a node's disk (1 TB here), with projects used for
   a day or two each and then never again, so that disks must choose which copies to keep (every other
-  case's catalogue fits on one node's disk).
+  case's catalogue fits on one node's disk);
+- ``onoff``: every model switching between bursts and near-silence (100 × apart, 30 minutes on and 2
+  hours off on average) with no daily cycle, on two unequal nodes (``mixed_cluster``); the traffic on
+  which the live forecast's recent level was found overconfident, so it tunes and never judges.
 
 Judge cases (held back; a result counts when it holds here too):
 
@@ -29,7 +32,10 @@ Judge cases (held back; a result counts when it holds here too):
 - ``weekly_only``: models used on one weekday only, or only at weekends — a structure no tune case
   has (their fleets have a weekend dip, never a model confined to certain days);
 - ``memoryless``: pure Poisson models and nothing else, where the right answer is a calibrated rate and
-  a policy that sees structure everywhere pays for it.
+  a policy that sees structure everywhere pays for it;
+- ``renewal``: renewal processes and no clock, heavy-tailed idle times (bursts, then hours of silence)
+  or a period that drifts: when a model comes back depends only on how long it has been idle, which
+  no tune case isolates.
 
 The split keeps each mechanism a policy needs (daily cycles, timers, surges, stops, hints) in the tune
 set, and puts in the judge set what a tuned policy must generalise to: other parameters of the same
@@ -54,6 +60,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import yaml
 
@@ -70,6 +77,7 @@ from sim._generators import (
     daily_bumps,
     diurnal,
     fleet,
+    mixed_cluster,
     normal_quantiles,
     ramp,
     roomy_cluster,
@@ -132,6 +140,7 @@ def _case(
     sizes_gb: Mapping[str, float] | None = None,
     pool_gb: Sequence[float] | None = None,
     disk: str = "2TB",
+    tight: Cluster | None = None,
 ) -> Case:
     frame = ev.frame()
     catalog = catalog_for(ev.models, ev.rng, sizes_gb, pool_gb)
@@ -141,7 +150,7 @@ def _case(
         description=description,
         events=frame,
         catalog=catalog,
-        clusters={"tight": tight_cluster(disk), "roomy": roomy_cluster(catalog)},
+        clusters={"tight": tight or tight_cluster(disk), "roomy": roomy_cluster(catalog)},
         hints=tuple(sorted(hints, key=lambda h: (h.received_at or 0.0, h.model))),
         train_days=train_days,
         sim_hours=sim_hours,
@@ -615,6 +624,82 @@ def _rotation(rng: np.random.Generator) -> Case:
     )
 
 
+def _renewal_stamps(gaps: Callable[[int], npt.ArrayLike], clock: Clock) -> np.ndarray:
+    """A renewal process's arrivals on ``clock``, its gaps (seconds) drawn ``n`` at a time by ``gaps(n)``,
+    begun two days early so that the trace starts at a random point of the process, not at an arrival
+    (``Events.add`` drops what falls outside)."""
+    t, out = clock.start - 2 * DAY, []
+    while t < clock.end:
+        step = t + np.cumsum(np.asarray(gaps(256), dtype=np.float64))
+        out.append(step)
+        t = float(step[-1])
+    return np.concatenate(out)
+
+
+def _renewal(rng: np.random.Generator) -> Case:
+    # Idle-time structure without a clock: each model a renewal process, its gaps either log-normal
+    # (heavy-tailed: clusters of requests seconds apart, then silences of hours, the shape of most
+    # serverless functions' idle times) or gamma with shape 3-12 (a job that runs about every so often,
+    # its period drifting: regular, never on the minute, no time of day). No daily or weekly cycle.
+    clock = _clock(_WED, 5, 48)
+    ev = Events(clock, rng)
+    for i in range(30):
+        model = f"rn-{i:02d}"
+        if rng.random() < 2 / 3:
+            median_s, sigma = 60.0 * 10 ** rng.uniform(0.3, 2.7), rng.uniform(0.8, 2.2)
+            stamps = _renewal_stamps(functools.partial(rng.lognormal, np.log(median_s), sigma), clock)
+            truth = ModelTruth(
+                "heavy_tail", note=f"log-normal gaps, median {median_s / 60:.3g} min, sigma {sigma:.2f}"
+            )
+        else:
+            mean_s, shape = 60.0 * 10 ** rng.uniform(1.3, 2.6), rng.uniform(3.0, 12.0)
+            stamps = _renewal_stamps(functools.partial(rng.gamma, shape, mean_s / shape), clock)
+            truth = ModelTruth(
+                "drifting_period", note=f"gamma gaps, mean {mean_s / 60:.3g} min, shape {shape:.1f}"
+            )
+        ev.add(model, stamps, truth)
+    return _case(
+        "renewal",
+        "judge",
+        "30 renewal processes and no clock: log-normal gaps (bursts seconds apart, then hours of "
+        "silence) or gamma gaps (a job every so often, its period drifting); what a model does next "
+        "depends on how long it has been idle, never on the time of day",
+        ev,
+        train_days=5,
+        sim_hours=48,
+    )
+
+
+def _onoff(rng: np.random.Generator) -> Case:
+    # Every model a two-state Markov-modulated Poisson process (on 30 minutes, off 2 hours on average,
+    # exponential; off at a hundredth of the on rate), popularity by rank, no daily cycle, on a cluster
+    # of unequal nodes and GPUs: the traffic on which the live forecast's recent level was found
+    # overconfident (docs/benchmarks.md, the twenty-fifth and twenty-sixth stops).
+    clock = _clock(_WED, 5, 48)
+    ev = Events(clock, rng)
+    t = clock.start + 60.0 * np.arange(clock.minutes)
+    on_s, off_s = 1800.0, 7200.0
+    pairs = 1 + int(4 * (clock.end - clock.start) / (on_s + off_s))
+    for i in range(40):
+        on_per_min = 60.0 * 0.2 * (i + 1.0) ** -1.3
+        spans = rng.exponential(np.tile([off_s, on_s], pairs))
+        on = np.searchsorted(clock.start - rng.uniform(0.0, off_s + on_s) + np.cumsum(spans), t) % 2 == 1
+        rate = np.where(on, on_per_min, on_per_min / 100.0)
+        note = f"{on_per_min:.3g}/min on for 30 min, a hundredth of it off for 2 h, on average"
+        ev.poisson(f"oo-{i:02d}", rate, ModelTruth("onoff", note=note))
+    return _case(
+        "onoff",
+        "tune",
+        "40 models, each switching between bursts and near-silence (100 × apart, 30 minutes on and 2 "
+        "hours off on average) with no daily cycle, on two unequal nodes (40 + 80 + 80 GB and one 80 GB "
+        "GPU): bursts a forecast must not read as a new level",
+        ev,
+        train_days=5,
+        sim_hours=48,
+        tight=mixed_cluster(),
+    )
+
+
 _BUILDERS: dict[str, Callable[[np.random.Generator], Case]] = {
     "azure_mix": _azure_mix,
     "azure_samples": _azure_samples,
@@ -628,6 +713,8 @@ _BUILDERS: dict[str, Callable[[np.random.Generator], Case]] = {
     "memoryless": _memoryless,
     "zipf_onoff": _zipf_onoff,
     "rotation": _rotation,
+    "onoff": _onoff,
+    "renewal": _renewal,
 }
 SUITE_CASES: tuple[str, ...] = tuple(_BUILDERS)
 

@@ -17,6 +17,7 @@ from models import Catalog
 from prewarm import gpu_placement
 from scheduler import Cluster
 from sim import SUITE_CASES, Case, suite, write_case
+from sim._generators import mixed_cluster
 from tests.conftest import AZURE_SAMPLES, REPO
 
 GB = 10**9
@@ -126,7 +127,7 @@ def test_a_judge_case_has_a_structure_no_tune_case_has(cases: dict[str, Case]) -
     def kinds(role: str) -> set[str]:
         return {t.kind for c in cases.values() if c.role == role for t in c.truth.values()}
 
-    assert "weekly_only" in kinds("judge") - kinds("tune")
+    assert {"weekly_only", "heavy_tail", "drifting_period"} <= kinds("judge") - kinds("tune")
 
 
 def test_every_case_is_a_sorted_trace_of_catalog_models_with_both_spans_used(cases: dict[str, Case]) -> None:
@@ -161,8 +162,12 @@ def test_catalog_sizes_span_from_one_to_one_hundred_forty_gigabytes(cases: dict[
 def test_tight_cluster_holds_a_fraction_of_the_weights(cases: dict[str, Case]) -> None:
     for case in cases.values():
         tight = case.clusters["tight"]
-        assert [n.name for n in tight.nodes] == ["gpu-0", "gpu-1"]
-        for node in tight.nodes:
+        if case.name == "onoff":
+            assert tight == mixed_cluster()
+            assert len({g.memory_bytes for n in tight.nodes for g in n.gpus}) == 2  # 40 and 80 GB GPUs
+        else:
+            assert [n.name for n in tight.nodes] == ["gpu-0", "gpu-1"]
+        for node in tight.nodes if case.name != "onoff" else ():
             assert [g.memory_bytes for g in node.gpus] == [80 * GB, 80 * GB]
             disk = 1000 * GB if case.name == "rotation" else 2000 * GB
             assert (node.host_cache_bytes, node.disk_cache_bytes) == (256 * GB, disk)
@@ -410,3 +415,39 @@ def test_zipf_onoff_falls_with_rank_and_its_bursts_switch_on_and_off(cases: dict
     for model in _of_kind(case, "timer"):
         gaps = np.diff(_stamps(case, model))
         assert np.ptp(gaps) < 0.1 * np.median(gaps), model  # a period with seconds of jitter
+
+
+def test_onoff_models_burst_a_fifth_of_the_time_and_are_near_silent_between(cases: dict[str, Case]) -> None:
+    case = cases["onoff"]
+    assert set(_of_kind(case, "onoff")) == set(case.catalog.ids())
+    for model in case.catalog.ids()[:5]:  # the busiest: 12 requests a minute down to 1.6 when on
+        per_minute = 60.0 * 0.2 * (int(model[-2:]) + 1.0) ** -1.3
+        hourly = _hourly(case, model)[:-1]
+        on_hours = hourly >= 0.5 * 60 * per_minute  # at least half an hour of bursting
+        off_hours = hourly <= 0.05 * 60 * per_minute  # below the two minutes' worth of one
+        # On 30 minutes of every 150 on average: hours mostly on are a minority, silent ones the most.
+        assert 0.05 <= on_hours.mean() <= 0.35, model
+        assert off_hours.mean() >= 0.3, model  # an hour with no burst: e^-½ of those that begin off
+
+
+def test_renewal_gaps_have_the_spread_their_kind_says(cases: dict[str, Case]) -> None:
+    case = cases["renewal"]
+    heavy, drifting = _of_kind(case, "heavy_tail"), _of_kind(case, "drifting_period")
+    assert set(heavy) | set(drifting) == set(case.catalog.ids())
+    assert len(heavy) >= 10
+    assert len(drifting) >= 5
+    checked = 0
+    for model in heavy:
+        gaps = np.diff(_stamps(case, model))
+        if gaps.size < 50:
+            continue
+        checked += 1
+        sigma = float(re.search(r"sigma ([0-9.]+)", case.truth[model].note).group(1))  # type: ignore[union-attr]
+        assert np.std(np.log(gaps)) == pytest.approx(sigma, rel=0.2), model
+    assert checked >= 5
+    for model in drifting:
+        gaps = np.diff(_stamps(case, model))
+        # Gamma of shape 3 or more: a gap under 0.3 of the mean has a chance of 6 % at most (26 %
+        # for a Poisson process), and a gap over 3 × the mean under 1 % (5 % of them for a Poisson one).
+        assert (gaps < 0.3 * gaps.mean()).mean() <= 0.15, model
+        assert (gaps > 3.0 * gaps.mean()).mean() <= 0.05, model
