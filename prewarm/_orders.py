@@ -302,8 +302,14 @@ def gpu_shards(size: int, gpu_capacities: Sequence[int]) -> int | None:
 
 
 def gpu_placement(size: int, capacities: Sequence[int], free: Sequence[int]) -> tuple[int, ...] | None:
-    """The GPUs (indices into ``capacities``/``free``) an L0 copy of ``size`` bytes goes to now: the
-    ``gpu_shards`` GPUs with the most free bytes, if each has room for its shard; None if they have not.
+    """The GPUs (indices into ``capacities``/``free``) an L0 copy of ``size`` bytes goes to now: of the
+    GPUs with room for one of its ``gpu_shards`` shards, the ones with the fewest free bytes (best fit,
+    the first of equals); None if fewer have room than it has shards.
+
+    Best fit keeps whole GPUs free for the models that need them: placed on the roomiest GPUs instead,
+    a node's small models spread one to a GPU, and a 70 GB model then fits on none of eight 80 GB GPUs
+    that hold 14 GB each, so a load displaces copies by the LRU while the node has room in total
+    (docs/benchmarks.md, the twenty-seventh stop). Either rule places a copy exactly when one can be placed.
 
     Everyone who places a copy in L0 (the executor, the planner's book, the simulator) asks this, so a
     plan never puts two models on a GPU that can hold one.
@@ -312,7 +318,7 @@ def gpu_placement(size: int, capacities: Sequence[int], free: Sequence[int]) -> 
     if n is None:
         return None
     shard = -(-size // n)
-    roomiest = sorted(range(len(free)), key=lambda i: (-free[i], i))[:n]
-    if any(free[i] < shard for i in roomiest):
+    roomy = [i for i in range(len(free)) if free[i] >= shard]
+    if len(roomy) < n:
         return None
-    return tuple(sorted(roomiest))
+    return tuple(sorted(sorted(roomy, key=lambda i: (free[i], i))[:n]))

@@ -411,16 +411,20 @@ def shard_victims(copies: Iterable[Copy], need: int, free: int) -> list[Copy] | 
 
 def _placement(n: int, shard: int, free: list[int]) -> tuple[int, ...] | None:
     """``prewarm.gpu_placement`` for a model of ``n`` shards of ``shard`` bytes, ``n`` already known (it
-    is ``Node.shards``): the ``n`` GPUs with the most free bytes (the first of equals), if each has room."""
+    is ``Node.shards``): of the GPUs with room for a shard, the ``n`` with the fewest free bytes (the
+    first of equals), if there are ``n``."""
     if n == 1:
-        most = max(free)
-        return (free.index(most),) if most >= shard else None
+        best = -1
+        for i, room in enumerate(free):
+            if room >= shard and (best < 0 or room < free[best]):
+                best = i
+        return (best,) if best >= 0 else None
     if n == len(free):  # every GPU of the node: no choosing
         return tuple(range(n)) if min(free) >= shard else None
-    roomiest = sorted(range(len(free)), key=lambda i: (-free[i], i))[:n]
-    if any(free[i] < shard for i in roomiest):
+    roomy = [i for i in range(len(free)) if free[i] >= shard]
+    if len(roomy) < n:
         return None
-    return tuple(sorted(roomiest))
+    return tuple(sorted(sorted(roomy, key=lambda i: (free[i], i))[:n]))
 
 
 class LazyReports(Mapping[str, ExecutorState]):

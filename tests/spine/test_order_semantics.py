@@ -235,6 +235,25 @@ def test_a_gpu_placement_puts_equal_shards_only_on_gpus_with_room_for_them(
         raise AssertionError("an empty node that can hold the model must place it")
 
 
+def test_a_copy_goes_to_the_fullest_gpus_that_hold_it_so_whole_gpus_stay_free_for_large_models() -> None:
+    gb = 10**9
+    caps = [80 * gb] * 4
+    free = [80 * gb, 30 * gb, 80 * gb, 20 * gb]
+    assert gpu_placement(14 * gb, caps, free) == (3,)  # the fullest GPU with room
+    assert gpu_placement(25 * gb, caps, free) == (1,)
+    assert gpu_placement(70 * gb, caps, free) == (0,)  # the first of equals
+    assert gpu_placement(140 * gb, caps, free) == (0, 2)
+    # Eight 14 GB models one after another fill two GPUs and leave two whole: a 140 GB model still fits.
+    # (Placed on the roomiest GPUs, they would leave 52-66 GB on each and it would fit nowhere.)
+    free = [80 * gb] * 4
+    for _ in range(8):
+        placed = gpu_placement(14 * gb, caps, free)
+        assert placed is not None
+        free[placed[0]] -= 14 * gb
+    assert sorted(free) == [10 * gb, 38 * gb, 80 * gb, 80 * gb]
+    assert gpu_placement(140 * gb, caps, free) == (2, 3)
+
+
 def test_a_model_larger_than_one_gpu_takes_several_gpus_of_the_node() -> None:
     gb = 10**9
     assert gpu_shards(140 * gb, [80 * gb, 80 * gb]) == 2
