@@ -244,7 +244,7 @@ def test_a_copy_goes_to_the_fullest_gpus_that_hold_it_so_whole_gpus_stay_free_fo
     assert gpu_placement(70 * gb, caps, free) == (0,)  # the first of equals
     assert gpu_placement(140 * gb, caps, free) == (0, 2)
     # Eight 14 GB models one after another fill two GPUs and leave two whole: a 140 GB model still fits.
-    # (Placed on the roomiest GPUs, they would leave 52-66 GB on each and it would fit nowhere.)
+    # (Placed on the roomiest GPUs, they would leave 52 GB on each and it would fit nowhere.)
     free = [80 * gb] * 4
     for _ in range(8):
         placed = gpu_placement(14 * gb, caps, free)
