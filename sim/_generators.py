@@ -37,6 +37,7 @@ __all__ = [
     "fleet",
     "mixed_cluster",
     "normal_quantiles",
+    "on_off",
     "ramp",
     "roomy_cluster",
     "tight_cluster",
@@ -128,6 +129,21 @@ def ramp(clock: Clock, t0: float, hours: float) -> Floats:
         return (t >= t0).astype(np.float64)
     rising: Floats = np.clip((t - t0) / (hours * 3600.0), 0.0, 1.0) * (t >= t0)
     return rising
+
+
+def on_off(
+    clock: Clock, rng: np.random.Generator, on_s: float, off_s: float, *, random_phase: bool = False
+) -> npt.NDArray[np.bool_]:
+    """Per minute of ``clock``, whether a two-state Markov chain is on: off and on spans exponential
+    with means ``off_s`` and ``on_s``, starting off at the trace's start, or, with ``random_phase``,
+    up to one mean cycle before it (so the start falls anywhere in a cycle)."""
+    t = clock.start + 60.0 * np.arange(clock.minutes)
+    # Four times the on/off pairs the trace holds on average: the last edge falls past its end.
+    pairs = 1 + int(4 * (clock.end - clock.start) / (on_s + off_s))
+    spans = rng.exponential(np.tile([off_s, on_s], pairs))
+    begin = clock.start - (rng.uniform(0.0, off_s + on_s) if random_phase else 0.0)
+    on: npt.NDArray[np.bool_] = np.searchsorted(begin + np.cumsum(spans), t) % 2 == 1
+    return on
 
 
 class Events:

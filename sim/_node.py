@@ -413,17 +413,13 @@ def _placement(n: int, shard: int, free: list[int]) -> tuple[int, ...] | None:
     """``prewarm.gpu_placement`` for a model of ``n`` shards of ``shard`` bytes, ``n`` already known (it
     is ``Node.shards``): of the GPUs with room for a shard, the ``n`` with the fewest free bytes (the
     first of equals), if there are ``n``."""
-    if n == 1:
-        best = -1
-        for i, room in enumerate(free):
-            if room >= shard and (best < 0 or room < free[best]):
-                best = i
-        return (best,) if best >= 0 else None
     if n == len(free):  # every GPU of the node: no choosing
         return tuple(range(n)) if min(free) >= shard else None
-    roomy = [i for i in range(len(free)) if free[i] >= shard]
+    roomy = [i for i, room in enumerate(free) if room >= shard]
     if len(roomy) < n:
         return None
+    if n == 1:
+        return (min(roomy, key=free.__getitem__),)  # the first of equals
     return tuple(sorted(sorted(roomy, key=lambda i: (free[i], i))[:n]))
 
 

@@ -79,6 +79,7 @@ from sim._generators import (
     fleet,
     mixed_cluster,
     normal_quantiles,
+    on_off,
     ramp,
     roomy_cluster,
     tight_cluster,
@@ -570,12 +571,7 @@ def _zipf_onoff(rng: np.random.Generator) -> Case:
             note += f", peak {peak:.0f} h, depth {depth:.2f}, weekends × {level:.2f}"
         elif shape == "onoff":
             on_s, off_s = rng.uniform(300.0, 3600.0), rng.uniform(1800.0, 6 * 3600.0)
-            # Four times the on/off pairs the trace holds on average: the last edge falls past its end.
-            pairs = 1 + int(4 * (clock.end - clock.start) / (on_s + off_s))
-            spans = rng.exponential(np.tile([off_s, on_s], pairs))
-            edges = clock.start + np.cumsum(spans)
-            on = np.searchsorted(edges, t) % 2 == 1
-            rate = np.where(on, rate * (on_s + off_s) / on_s, 0.0)
+            rate = np.where(on_off(clock, rng, on_s, off_s), rate * (on_s + off_s) / on_s, 0.0)
             note += f", on {on_s / 60:.0f} min / off {off_s / 3600:.1f} h on average"
         ev.poisson(model, rate * live, ModelTruth(kind, at=at, note=note))
     return _case(
@@ -677,13 +673,9 @@ def _onoff(rng: np.random.Generator) -> Case:
     # overconfident (docs/benchmarks.md, the twenty-fifth and twenty-sixth stops).
     clock = _clock(_WED, 5, 48)
     ev = Events(clock, rng)
-    t = clock.start + 60.0 * np.arange(clock.minutes)
-    on_s, off_s = 1800.0, 7200.0
-    pairs = 1 + int(4 * (clock.end - clock.start) / (on_s + off_s))
     for i in range(40):
         on_per_min = 60.0 * 0.2 * (i + 1.0) ** -1.3
-        spans = rng.exponential(np.tile([off_s, on_s], pairs))
-        on = np.searchsorted(clock.start - rng.uniform(0.0, off_s + on_s) + np.cumsum(spans), t) % 2 == 1
+        on = on_off(clock, rng, 1800.0, 7200.0, random_phase=True)
         rate = np.where(on, on_per_min, on_per_min / 100.0)
         note = f"{on_per_min:.3g}/min on for 30 min, a hundredth of it off for 2 h, on average"
         ev.poisson(f"oo-{i:02d}", rate, ModelTruth("onoff", note=note))
