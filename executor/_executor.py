@@ -198,6 +198,7 @@ class Executor:
         *,
         demand: bool = False,
         gpus: Sequence[int] = (),
+        hold_until: float | None = None,
     ) -> LoadResult:
         """Bring ``model_id`` (the catalog's current version) to ``tier`` (L0, L1 or L2).
 
@@ -205,6 +206,8 @@ class Executor:
         the entries it creates count as used. Otherwise the entries are prefetched (see ``prefetch_ttl_s``).
         ``gpus``: the node's GPUs a new L0 copy goes to, one shard each (an order's ``gpus``); empty:
         where ``prewarm.gpu_placement`` puts it. A copy already in L0 stays where it is.
+        ``hold_until`` (a prefetch order's): the copy in ``tier``, while no request has used it, counts
+        as used then for the LRU (``prewarm.held_recency``).
         """
         tier = Tier(tier)
         if tier is Tier.L3:
@@ -212,6 +215,8 @@ class Executor:
         spec = self._spec(model_id)
         self._sweep()
         result = self._loader.load(spec, tier, demand, gpus if tier is Tier.L0 else ())
+        if hold_until is not None and not demand and tier is not Tier.L2:
+            (self.l0 if tier is Tier.L0 else self.l1).cache.hold(spec.key, hold_until)
         _metrics.HITS.labels(result.served_from.value).inc()
         log.debug("ensured", extra=result.to_json())
         return result

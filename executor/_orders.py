@@ -43,7 +43,13 @@ class Node(Protocol):
     def catalog(self) -> Catalog: ...
 
     def ensure(
-        self, model_id: str, tier: Tier | str = ..., *, demand: bool = ..., gpus: Sequence[int] = ...
+        self,
+        model_id: str,
+        tier: Tier | str = ...,
+        *,
+        demand: bool = ...,
+        gpus: Sequence[int] = ...,
+        hold_until: float | None = ...,
     ) -> LoadResult: ...
 
     def evict(self, model_id: str, tier: Tier | str) -> list[Tier]: ...
@@ -125,7 +131,9 @@ class OrderBook:
         # PREFETCH: the target tier holds it afterwards. DEMOTE: the same, then the copies closer to the
         # GPU go (``prewarm.effect`` says what each order does; ``ensure`` takes the path it names).
         # An L0 copy goes to the GPUs the order names (the planner's placement), else the executor's.
-        result = self._node.ensure(order.model, order.tier, demand=order.demand, gpus=order.gpus)
+        result = self._node.ensure(
+            order.model, order.tier, demand=order.demand, gpus=order.gpus, hold_until=order.hold_until
+        )
         if order.action is OrderAction.DEMOTE and order.tier.level > 0:
             # ``evict`` at the tier one closer drops that tier and every tier closer still.
             self._node.evict(order.model, order.tier.closer())

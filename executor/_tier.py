@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from executor import _metrics
-from prewarm import CapacityError, PlacementFailed, Tier, lru_victims
+from prewarm import CapacityError, PlacementFailed, Tier, held_recency, lru_victims
 
 __all__ = ["ALIGN", "Entry", "ModelKey", "NotAdmitted", "TierCache", "round_up"]
 
@@ -55,10 +55,11 @@ class Entry(Generic[K, V]):
     last_used: float | None = None
     prefetched: bool = False  # brought in speculatively and not used yet
     doomed: str | None = None  # eviction reason, applied when the last pin goes
+    hold_until: float | None = None  # its prefetch order's: counts as used then until it is used
 
     @property
     def recency(self) -> float:
-        return self.last_used if self.last_used is not None else self.loaded_at
+        return held_recency(self.last_used, self.loaded_at, self.hold_until)
 
 
 class TierCache(Generic[K, V]):
@@ -115,6 +116,16 @@ class TierCache(Generic[K, V]):
                     )
                 entry.prefetched = False
             return entry.value
+
+    def hold(self, key: K, until: float) -> bool:
+        """An unused prefetched entry counts as used at ``until`` for the LRU (``prewarm.held_recency``),
+        until a request uses it; False when ``key`` has no such entry (gone, or used already)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not entry.prefetched:
+                return False
+            entry.hold_until = until
+            return True
 
     def unused_prefetch(self, key: K) -> bool:
         """Whether ``key`` was brought in speculatively and nothing has used it yet."""

@@ -5,7 +5,8 @@ Five rules, each pure and each called by every party that needs it:
 - **admission** (``admit``): whether a node carries an order out at all — not one it has seen, not one for
   another node, not one past its deadline, not one for a model or version its catalog does not hold;
 - **effect** (``effect``): which tiers gain a copy of the model and which lose theirs;
-- **LRU victims** (``lru_victims``): which residents a full tier gives up when a load needs room;
+- **LRU victims** (``lru_victims``, by ``held_recency``): which residents a full tier gives up when a load
+  needs room (a prefetch's copy not used yet counts as used at its order's ``hold_until``);
 - **admission by use** (``admits``, over ``UseCounts``, for the copies ``weighed`` says): whether a new
   copy takes a place in a full disk or host memory at all (a load on its way to memory streams past it
   when not);
@@ -49,6 +50,7 @@ __all__ = [
     "effect",
     "gpu_placement",
     "gpu_shards",
+    "held_recency",
     "load_path",
     "lru_victims",
     "weighed",
@@ -170,7 +172,8 @@ class Evictable(Protocol[K_co]):
 
     @property
     def recency(self) -> float:
-        """When it was last used, or loaded if never used."""
+        """When it was last used, or loaded if never used: the later of that and its prefetch order's
+        ``hold_until`` while it is that prefetch's copy and unused (``held_recency``)."""
         ...
 
     @property
@@ -191,6 +194,20 @@ class Holding(Generic[K]):
     recency: float
     pins: int = 0
     ready: bool = True
+
+
+def held_recency(last_used: float | None, loaded_at: float, hold_until: float | None) -> float:
+    """A copy's ``recency`` for the LRU: when it was last used; never used, when it was loaded, or the
+    ``hold_until`` of the prefetch order that brought it if that is later.
+
+    A prefetch brings a copy for a request expected within its misprediction window. Given up to a
+    load before then, it is a misprediction for certain and the request it was for a cold start; held,
+    the misprediction rule still demotes it once the window has passed unused. On the ``onoff`` suite
+    case's tight cluster loads on request had displaced 34 of the 66 prefetches counted as
+    mispredicted (docs/benchmarks.md, the twenty-eighth stop)."""
+    if last_used is not None:
+        return last_used
+    return loaded_at if hold_until is None or hold_until < loaded_at else hold_until
 
 
 _recency = attrgetter("recency")  # sorted's key in C: the simulator asks the LRU once per load

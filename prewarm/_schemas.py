@@ -214,6 +214,12 @@ class Order(_Wire):
     deadline: float = Field(description="epoch seconds; an executor skips the order after this")
     created_at: float
     demand: bool = Field(default=False, description="a request is waiting: pre-empts prefetches")
+    hold_until: float | None = Field(
+        default=None,
+        description="epoch seconds; a prefetch's copy that no request has used yet counts as used at "
+        "this time for the LRU (the end of its misprediction window), so loads give up older copies "
+        "first; empty: as used when loaded",
+    )
     gpus: list[Annotated[int, Field(ge=0)]] = Field(
         default_factory=list,
         description="GPUs of the node an L0 copy goes to, one shard each (see prewarm.gpu_placement); "

@@ -25,6 +25,7 @@ from prewarm import (
     UseCounts,
     effect,
     gpu_shards,
+    held_recency,
     load_path,
 )
 from sim._links import Link
@@ -79,6 +80,7 @@ class Copy:
     bet: bool = False  # the copy a prefetch was for: leaving while still unused, it was mispredicted
     counted: bool = False  # the prefetch that made it was ordered in the window (``Job.counted``)
     staged: bool = False  # put on disk by a prefetch for the disk, and read by no load since
+    hold_until: float | None = None  # the bet's order's: counts as used then until used (LRU)
     gpus: tuple[int, ...] = ()
     pins: int = 0  # hops reading from it
     job: Job | None = None  # bringing it in, while in flight
@@ -96,7 +98,7 @@ class Copy:
     )
 
     def __post_init__(self) -> None:
-        self.recency = self.last_used if self.last_used is not None else self.loaded_at
+        self.recency = held_recency(self.last_used, self.loaded_at, self.hold_until)
         self.shard = -(-self.bytes // max(len(self.gpus), 1))
 
     def use(self, at: float) -> None:

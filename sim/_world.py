@@ -379,6 +379,7 @@ class World:
     def _hold(self, node: Node, tier: Tier, job: Job, gpus: tuple[int, ...]) -> Copy:
         now = self.clock.now
         speculative = not job.demand and tier is not Tier.L2  # the executor reports host and GPU copies
+        bet = speculative and tier is job.target
         copy = Copy(
             key=job.model,
             tier=tier,
@@ -386,9 +387,10 @@ class World:
             loaded_at=now,
             last_used=now if job.demand else None,
             prefetched=speculative,
-            bet=speculative and tier is job.target,
+            bet=bet,
             staged=not job.demand and tier is Tier.L2 and job.target is Tier.L2,
             counted=job.counted,
+            hold_until=job.order.hold_until if bet and job.order is not None else None,
             gpus=gpus,
             job=job,
         )

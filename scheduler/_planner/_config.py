@@ -196,6 +196,7 @@ class _Decision:
     key_time: float
     demand: bool = False
     gpus: tuple[int, ...] = ()  # an L0 copy's GPUs (the node's indices); none: the executor chooses
+    hold_until: float | None = None  # a prefetch's: its copy counts as used then until used (LRU)
 
     def to_order(self, now: float, config: PlannerConfig) -> Order:
         bucket = math.floor(self.key_time / config.id_bucket_s)
@@ -214,4 +215,5 @@ class _Decision:
             created_at=now,
             demand=self.demand,
             gpus=list(self.gpus),
+            hold_until=self.hold_until,
         )

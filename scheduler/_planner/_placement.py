@@ -541,6 +541,11 @@ def _emit_placement(
             key_time=want.key_time,
             demand=want.demand,
             gpus=gpus,
+            # Held as used till its misprediction window ends (``prewarm.held_recency``): a load on
+            # request that gives it up before then makes it a misprediction for certain.
+            hold_until=None
+            if want.demand or tier is Tier.L2
+            else want.key_time + rnd.config.misprediction_window_s,
         )
     )
     rnd.predicted[order.id] = want.key_time

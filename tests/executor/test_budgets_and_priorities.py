@@ -38,6 +38,38 @@ def test_tier_entries_give_up_room_by_the_shared_lru_rule() -> None:
     assert lru_victims(entries, need=25, free=0) is None
 
 
+def test_an_unused_prefetch_counts_as_used_at_its_hold_until_so_a_load_gives_up_older_copies_first() -> None:
+    now = [0.0]
+    tier: TierCache[str, None] = TierCache(Tier.L1, 30, clock=lambda: now[0], release=lambda k, v: None)
+    tier.reserve("bet", 10, prefetched=True)
+    tier.commit("bet")
+    assert tier.hold("bet", 600.0)
+    now[0] = 5.0
+    tier.reserve("plain", 10, prefetched=True)  # a prefetch no order held: as used when loaded
+    tier.commit("plain")
+    now[0] = 9.0
+    tier.reserve("used", 10)
+    tier.commit("used")
+    tier.lookup("used")
+    now[0] = 10.0
+    tier.reserve("request-1", 10)  # by load time alone the bet, loaded first, would go
+    assert "plain" not in tier
+    assert "bet" in tier
+    assert "used" in tier
+    tier.reserve("request-2", 10)
+    assert "used" not in tier  # used at 9 s: older than the bet's 600 s
+    assert "bet" in tier
+    tier.lookup("bet")  # used now: an ordinary copy, last used at 10 s
+    assert not tier.hold("bet", 900.0)
+    tier.commit("request-1")
+    tier.commit("request-2")
+    now[0] = 11.0
+    tier.lookup("request-1")
+    tier.lookup("request-2")
+    tier.reserve("request-3", 10)
+    assert "bet" not in tier
+
+
 def test_a_full_tier_asks_admission_with_each_victims_bytes_and_evicts_nothing_when_declined() -> None:
     tier: TierCache[str, None] = TierCache(Tier.L2, 100, clock=time.monotonic, release=lambda k, v: None)
     for key, nbytes in (("small", 20), ("large", 70)):

@@ -306,6 +306,23 @@ def test_demote_and_evict_orders(catalog: Catalog, make_executor: ExecutorFactor
     assert all(not t.resident for t in executor.state().tiers)
 
 
+def test_a_prefetch_orders_hold_until_is_the_recency_of_its_copy_until_a_request_uses_it(
+    catalog: Catalog, make_executor: ExecutorFactory
+) -> None:
+    clock = _Clock()
+    executor = make_executor(catalog, clock=clock)
+    held = _order("m0", OrderAction.PREFETCH, Tier.L1, clock.now, hold_until=clock.now + 600)
+    assert executor.apply(held).status is OrderStatus.DONE
+    assert executor.apply(_order("m1", OrderAction.PREFETCH, Tier.L1, clock.now)).status is OrderStatus.DONE
+    entries = {e.key[0]: e for e in executor.l1.cache.snapshot()}
+    assert entries["m0"].recency == clock.now + 600
+    assert entries["m1"].recency == entries["m1"].loaded_at  # no hold asked
+    clock.now += 5
+    executor.ensure("m0", Tier.L0, demand=True)  # a request uses the copy: an ordinary one from now on
+    (m0,) = (e for e in executor.l1.cache.snapshot() if e.key[0] == "m0")
+    assert m0.recency == clock.now
+
+
 def test_state_reports_every_tier(catalog: Catalog, make_executor: ExecutorFactory) -> None:
     executor = make_executor(catalog)
     executor.ensure("m0", Tier.L0, demand=True)

@@ -426,6 +426,22 @@ def test_no_speculative_copy_goes_where_requests_would_evict_it_before_its_windo
     assert [(o.model, o.action, o.tier) for o in orders] == [("big", OrderAction.PREFETCH, tier)]
 
 
+@pytest.mark.parametrize(("l1", "tier"), [(200 * GB, Tier.L1), (0, Tier.L2)])
+def test_a_prefetch_into_memory_asks_its_copy_be_held_as_used_until_its_misprediction_window_ends(
+    l1: int, tier: Tier
+) -> None:
+    # Too big for the GPU: host memory where there is some, else disk (which holds no bet).
+    cat = catalog(spec("big", 100 * GB))
+    r = report("a", {}, capacity={Tier.L0: 80 * GB, Tier.L1: l1, Tier.L2: 2000 * GB})
+    result = plan_detailed(
+        NOW, {"big": surge_forecast("big", NOW + 1200)}, [], cat, state(cluster("a"), r), CONFIG
+    )
+    [order] = result.orders
+    assert (order.action, order.tier) == (OrderAction.PREFETCH, tier)
+    window_end = result.predicted[order.id] + CONFIG.misprediction_window_s
+    assert order.hold_until == (window_end if tier is Tier.L1 else None)
+
+
 def test_the_scheduler_core_hands_out_an_order_only_in_the_rounds_just_before_it_is_due() -> None:
     # A prefetch planned an hour ahead is not committed to: requests the planner does not order may
     # take the room it counted on meanwhile. Each round plans it again, and one of the two rounds before

@@ -373,6 +373,26 @@ def test_a_load_on_request_may_displace_without_counting_as_over_commit() -> Non
     assert world.record.over_commit_bytes == 0
 
 
+@pytest.mark.parametrize("held", [True, False])
+def test_a_load_on_request_gives_up_a_prefetch_held_till_its_window_ends_only_after_older_copies(
+    held: bool,
+) -> None:
+    # Two GPUs and three 60 GB models. "b" is prefetched after "a" was used, "a" is used again, then
+    # a request for "c" needs one GPU: by last use "b" would go; held as used till its window ends,
+    # "a" goes instead (as the executor's tiers do: ``prewarm.held_recency``).
+    catalog = _catalog({m: 60 * GB for m in "abc"})
+    world = _world(_cluster(("80GB", "80GB"), host="400GB"), catalog)
+    _request(world, "a", T0)
+    _settle(world)
+    prefetch = _order("b", OrderAction.PREFETCH, Tier.L0, SETTLED, catalog)
+    world.apply(prefetch.model_copy(update={"hold_until": SETTLED + 600 if held else None}), SETTLED)
+    _settle(world)
+    _request(world, "a", SETTLED + 100)
+    _request(world, "c", SETTLED + 200)
+    _settle(world)
+    assert set(_l0(world)) == ({"b", "c"} if held else {"a", "c"})
+
+
 def test_a_copy_still_loading_is_not_demoted() -> None:
     cluster, catalog = _sixty()
     world = _world(cluster, catalog)

@@ -25,6 +25,7 @@ from prewarm import (
     effect,
     gpu_placement,
     gpu_shards,
+    held_recency,
     load_path,
     lru_victims,
     weighed,
@@ -149,6 +150,13 @@ def test_lru_victims_free_just_enough_from_the_oldest_unpinned_ready_copies(
     assert free + sum(by_key[k].nbytes for k in victims) >= need
     # Minimal: without the last one chosen it would not be enough.
     assert not victims or free + sum(by_key[k].nbytes for k in victims[:-1]) < need
+
+
+def test_a_copy_counts_as_used_at_its_last_use_else_at_the_later_of_its_load_and_its_hold() -> None:
+    assert held_recency(None, 10.0, None) == 10.0
+    assert held_recency(None, 10.0, 610.0) == 610.0  # a prefetch's copy, held till its window ends
+    assert held_recency(None, 10.0, 5.0) == 10.0  # landed after its window had ended
+    assert held_recency(20.0, 10.0, 610.0) == 20.0  # used: an ordinary copy
 
 
 def test_a_use_count_falls_by_e_every_decay_time_and_each_use_adds_one() -> None:

@@ -142,6 +142,7 @@ PINNED = {
         "epoch_seconds",
         "gpu_placement",
         "gpu_shards",
+        "held_recency",
         "load_path",
         "lru_victims",
         "not_epoch_seconds",
