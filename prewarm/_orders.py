@@ -207,7 +207,7 @@ def held_recency(last_used: float | None, loaded_at: float, hold_until: float | 
     mispredicted (docs/benchmarks.md, the twenty-eighth stop)."""
     if last_used is not None:
         return last_used
-    return loaded_at if hold_until is None or hold_until < loaded_at else hold_until
+    return loaded_at if hold_until is None else max(loaded_at, hold_until)
 
 
 _recency = attrgetter("recency")  # sorted's key in C: the simulator asks the LRU once per load
