@@ -215,7 +215,7 @@ class Executor:
         spec = self._spec(model_id)
         self._sweep()
         result = self._loader.load(spec, tier, demand, gpus if tier is Tier.L0 else ())
-        if hold_until is not None and not demand and tier is not Tier.L2:
+        if hold_until is not None and tier is not Tier.L2:  # a copy a request used is not held
             (self.l0 if tier is Tier.L0 else self.l1).cache.hold(spec.key, hold_until)
         _metrics.HITS.labels(result.served_from.value).inc()
         log.debug("ensured", extra=result.to_json())
