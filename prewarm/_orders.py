@@ -203,8 +203,8 @@ def held_recency(last_used: float | None, loaded_at: float, hold_until: float | 
     A prefetch brings a copy for a request expected within its misprediction window. Given up to a
     load before then, it is a misprediction for certain and the request it was for a cold start; held,
     the misprediction rule still demotes it once the window has passed unused. On the ``onoff`` suite
-    case's tight cluster loads on request had displaced 34 of the 66 prefetches counted as
-    mispredicted (docs/benchmarks.md, the twenty-eighth stop)."""
+    case's tight cluster loads on request had displaced 33 of the 66 prefetches counted as
+    mispredicted before their window ended (docs/benchmarks.md, the twenty-eighth stop)."""
     if last_used is not None:
         return last_used
     return loaded_at if hold_until is None else max(loaded_at, hold_until)
