@@ -21,7 +21,7 @@ from sim._bench import SETTINGS, PolicyBench, Target, judge, run_policy_bench
 from sim._bound import poisson_idle_bound
 from sim._hints import read_hints
 from sim._histogram import HistogramPolicy, IdleHistogram, Windows
-from sim._metrics import SimMetrics, metrics
+from sim._metrics import MISPREDICTED_BY, SimMetrics, metrics
 from sim._oracle import OraclePolicy
 from sim._policies import (
     DEFAULT_POLICIES,
@@ -62,6 +62,7 @@ __all__ = [
     "DEFAULT_POLICIES",
     "DEFAULT_SIZES",
     "LONG_TAIL_MIX",
+    "MISPREDICTED_BY",
     "SETTINGS",
     "SUITE_CASES",
     "UNLIMITED_NODE",

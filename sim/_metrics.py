@@ -30,10 +30,16 @@ import numpy as np
 
 from prewarm import CACHE_TIERS, Tier
 
-__all__ = ["MISPREDICTION_WINDOW_S", "SATURATED", "Record", "SimMetrics", "metrics"]
+__all__ = ["MISPREDICTED_BY", "MISPREDICTION_WINDOW_S", "SATURATED", "Record", "SimMetrics", "metrics"]
 
 MISPREDICTION_WINDOW_S = 600.0
 """A prefetched copy still unused this long before the window ends is counted as mispredicted then."""
+
+MISPREDICTED_BY = ("order", "displaced", "end")
+"""What took a mispredicted prefetch's copy away unused (``SimMetrics.mispredicted_by``): ``order``, the
+scheduler (its misprediction window passed, or it made room for a better bet); ``displaced``, the
+executor's LRU, evicting it for another load before the window passed; ``end``, nothing: it was still
+unused, a window after it landed, when the simulated span ended."""
 
 SATURATED = 0.99
 """An offered load from which a link is taken as unable to keep up (see the module docstring)."""
@@ -63,7 +69,7 @@ class Record:
     bytes_asked: dict[str, float] = field(default_factory=dict)  # by "node link"
     link_rate: dict[str, float] = field(default_factory=dict)  # by "node link"
     prefetches: int = 0
-    mispredictions: int = 0
+    mispredicted_by: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MISPREDICTED_BY, 0))
     disk_stagings: int = 0
     disk_stagings_unread: int = 0
     failed_orders: int = 0
@@ -74,6 +80,14 @@ class Record:
 
     def counts(self, at: float) -> bool:
         return self.start <= at < self.end
+
+    @property
+    def mispredictions(self) -> int:
+        return sum(self.mispredicted_by.values())
+
+    def mispredicted(self, by: str) -> None:
+        """A prefetch in the window went unused, and ``by`` (one of ``MISPREDICTED_BY``) took it away."""
+        self.mispredicted_by[by] += 1
 
     def request(self, at: float, model: str, cold: bool, served_from: Tier) -> int:
         """A request arrived in the window: its row, to fill its wait in when known."""
@@ -121,6 +135,9 @@ class SimMetrics:
     """Per tier; under ``--unlimited`` only L0."""
     prefetches: int
     mispredictions: int
+    mispredicted_by: dict[str, int]
+    """The mispredictions by what took their copy away (``MISPREDICTED_BY``): a forecast that was wrong
+    shows as ``order`` or ``end``, a cluster too tight to keep a right one as ``displaced``."""
     bytes_moved: int
     """All links together; ``bytes_moved_per_link`` splits it."""
     bytes_moved_per_link: dict[str, int]
@@ -202,6 +219,7 @@ def metrics(policy: str, record: Record, *, unlimited: bool = False) -> SimMetri
         idle_gb_minutes={t.value: record.idle_byte_s.get(t, 0.0) / GB / 60.0 for t in tiers},
         prefetches=record.prefetches,
         mispredictions=record.mispredictions,
+        mispredicted_by=dict(record.mispredicted_by),
         bytes_moved=sum(record.bytes_moved.values()),
         bytes_moved_per_link=dict(sorted(record.bytes_moved.items())),
         gpu_seconds_loading=record.gpu_seconds_loading,

@@ -123,7 +123,7 @@ class UnlimitedWorld:
         copy = self._resident.pop(model)
         self.record.resident(Tier.L0, self._size[model], copy.since, now)
         if copy.prefetched and copy.counted and self.record.counts(now):
-            self.record.mispredictions += 1
+            self.record.mispredicted("order")
 
     def reports(self, now: float) -> Mapping[str, ExecutorState]:
         return LazyReports((UNLIMITED_NODE,), lambda _: self._report(now))
@@ -173,4 +173,4 @@ class UnlimitedWorld:
         for model, copy in self._resident.items():
             self.record.resident(Tier.L0, self._size[model], copy.since, end)
             if copy.prefetched and copy.counted and copy.since <= end - MISPREDICTION_WINDOW_S:
-                self.record.mispredictions += 1
+                self.record.mispredicted("end")

@@ -371,7 +371,7 @@ class World:
             gpus, victims = (), chosen
         for model in victims:
             displaced += node.copies[tier][model].bytes
-            self.drop(node, tier, model)
+            self.drop(node, tier, model, by="displaced")
         if job.order is not None and self.record.counts(self.clock.now):
             self.record.over_commit_bytes += displaced
         return gpus
@@ -404,8 +404,9 @@ class World:
         self.router.held(job.model, node)
         return copy
 
-    def drop(self, node: Node, tier: Tier, model: str) -> None:
-        """``model``'s copy leaves ``tier`` of ``node``: its residence is counted, its bet settled."""
+    def drop(self, node: Node, tier: Tier, model: str, by: str = "order") -> None:
+        """``model``'s copy leaves ``tier`` of ``node``: its residence is counted, its bet settled (taken
+        away ``by`` an order or ``displaced`` by the LRU: ``MISPREDICTED_BY``)."""
         copy = node.copies[tier].pop(model)
         node.used[tier] -= copy.bytes
         self.router.released(model, node)
@@ -420,13 +421,14 @@ class World:
         if copy.ready_at <= now:
             self.record.resident(tier, copy.bytes, copy.ready_at, now)
         if copy.counted and self.record.counts(now):
-            self._settle_guess(copy)
+            self._settle_guess(copy, by)
 
-    def _settle_guess(self, copy: Copy) -> None:
+    def _settle_guess(self, copy: Copy, by: str) -> None:
         """A copy a prefetch made in the window is leaving, or the window ends: count the guess if it
-        went unused (a prefetch into host or GPU memory, mispredicted; one onto disk, unread)."""
+        went unused (a prefetch into host or GPU memory, mispredicted ``by`` what took it; one onto disk,
+        unread)."""
         if copy.bet and copy.prefetched:
-            self.record.mispredictions += 1
+            self.record.mispredicted(by)
         if copy.staged:
             self.record.disk_stagings_unread += 1
 
@@ -512,4 +514,4 @@ class World:
                     if copy.ready_at <= end:
                         self.record.resident(tier, copy.bytes, copy.ready_at, end)
                     if copy.counted and copy.ready_at <= end - MISPREDICTION_WINDOW_S:
-                        self._settle_guess(copy)
+                        self._settle_guess(copy, "end")

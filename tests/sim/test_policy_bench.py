@@ -29,6 +29,7 @@ BASE = SimMetrics(
     idle_gb_minutes={"L0": 1000.0, "L1": 500.0, "L2": 0.0},
     prefetches=0,
     mispredictions=0,
+    mispredicted_by={"order": 0, "displaced": 0, "end": 0},
     bytes_moved=0,
     bytes_moved_per_link={},
     gpu_seconds_loading=0.0,

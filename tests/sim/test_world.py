@@ -8,7 +8,7 @@ import pytest
 from models import Catalog, ModelSpec
 from prewarm import ExecutorState, Hint, InvalidInput, Order, OrderAction, OrderReason, Tier
 from scheduler import Cluster
-from sim import Policy, World, order_for, simulate
+from sim import MISPREDICTED_BY, Policy, World, order_for, simulate
 
 GB = 10**9
 T0 = 1_704_099_600.0
@@ -391,6 +391,29 @@ def test_a_load_on_request_gives_up_a_prefetch_held_till_its_window_ends_only_af
     _request(world, "c", SETTLED + 200)
     _settle(world)
     assert set(_l0(world)) == ({"b", "c"} if held else {"a", "c"})
+
+
+@pytest.mark.parametrize("by", ["displaced", "order", "end"])
+def test_a_mispredicted_prefetch_is_counted_by_what_took_its_copy_away(by: str) -> None:
+    # Two GPUs and three 60 GB models; "b" is prefetched and never asked for. A request for "c" after
+    # "a" was used again makes the LRU evict it; a demotion is the scheduler taking it back; left alone,
+    # it is still unused when the simulated span ends.
+    catalog = _catalog({m: 60 * GB for m in "abc"})
+    world = _world(_cluster(("80GB", "80GB"), host="400GB"), catalog)
+    _request(world, "a", T0)
+    _settle(world)
+    world.apply(_order("b", OrderAction.PREFETCH, Tier.L0, SETTLED, catalog), SETTLED)
+    _settle(world)
+    if by == "displaced":
+        _request(world, "a", SETTLED + 100)
+        _request(world, "c", SETTLED + 200)
+    elif by == "order":
+        world.clock.run_until(SETTLED + 700)
+        world.apply(_order("b", OrderAction.DEMOTE, Tier.L1, SETTLED + 700, catalog), SETTLED + 700)
+    _settle(world)
+    world.finish()
+    assert world.record.mispredicted_by == {k: int(k == by) for k in MISPREDICTED_BY}
+    assert world.record.mispredictions == 1
 
 
 def test_a_copy_still_loading_is_not_demoted() -> None:
