@@ -253,7 +253,11 @@ def _place_in(rnd: _Round, cand: _Candidate, tier: Tier, value: float) -> bool:
     book, spec = rnd.books[cand.node], cand.spec
     trial = book.copy()
     moves: list[tuple[str, Tier, Tier]] = []
-    path = [t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level]
+    # A tier the node does not have (no room at all) is passed through, as the executor streams past
+    # it: such a node would otherwise never be prefetched to.
+    path = [
+        t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level and (t is tier or book.capacity[t])
+    ]
     if not all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path):
         return False
     if tier is Tier.L0 and not cand.want.demand:

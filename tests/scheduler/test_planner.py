@@ -99,6 +99,16 @@ def test_surge_forecast_gives_a_timed_prefetch_ahead_of_the_surge() -> None:
     assert 160 < lead < 300
 
 
+def test_a_node_without_host_memory_or_disk_gets_its_prefetch_straight_into_gpu_memory() -> None:
+    # A load passes through tiers a node does not have (the executor streams past them): the copy
+    # need not find room there first, or such a node would never be prefetched to.
+    cat = catalog(spec("m", 20 * GB))
+    surge = {"m": surge_forecast("m", NOW + 1800)}
+    orders = plan(NOW, surge, [], cat, state(cluster("a", l1=0, l2=0)), CONFIG)
+    assert [(o.action, o.tier) for o in orders] == [(OrderAction.PREFETCH, Tier.L0)]
+    assert orders == plan(NOW, surge, [], cat, state(cluster("a")), CONFIG)
+
+
 def test_unlikely_big_model_is_only_staged_on_disk() -> None:
     cat = catalog(spec("big", 140 * GB))
     orders = plan(NOW, {"big": flat_forecast("big", 0.01)}, [], cat, state(cluster("a")), CONFIG)
