@@ -86,14 +86,13 @@ class SimWorld(Protocol):
 def make_world(
     catalog: Catalog, cluster: Cluster | None, *, start: float, end: float, unlimited: bool
 ) -> SimWorld:
-    """The world a run plays in: the cluster, or the unlimited node (with the cluster's bandwidth in its
-    reports, the default cluster's when none is given)."""
+    """The world a run plays in: the cluster (the default one when none is given), or the unlimited
+    node."""
     from sim._scenario import default_cluster
 
-    cluster = cluster or default_cluster()
     if unlimited:
-        return UnlimitedWorld(catalog, cluster.bandwidth.hops(), start=start, end=end)
-    return World(cluster, catalog, start=start, end=end)
+        return UnlimitedWorld(catalog, start=start, end=end)
+    return World(cluster or default_cluster(), catalog, start=start, end=end)
 
 
 def _sorted(timestamps: npt.ArrayLike, models: Sequence[str] | npt.ArrayLike) -> tuple[Any, Any]:

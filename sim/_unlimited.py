@@ -4,8 +4,12 @@ loads, as 'Serverless in the Wild' (ATC'20) measures keep-alive policies.
 A cold start is a request whose model is not resident; idle memory is resident bytes × time, all of
 it idle (requests are instantaneous). Orders follow ``prewarm.effect``, of which only the L0 part exists
 here: a prefetch to L0 makes a model resident at once, a demotion or eviction of L0 unloads it, and
-anything about L1 or L2 does nothing. The reports describe every tier as unlimited, with the default
-cluster's bandwidth, so a planner values a cold start at what a real load would cost.
+anything about L1 or L2 does nothing. The reports say so: GPU memory unlimited, host memory and disk
+without room, every hop instant (``INSTANT_BYTES_PER_S``). A planner then places nothing in tiers this
+world does not keep, and values a copy by the cold start it spares, as this comparison counts it.
+(Reported as unlimited tiers behind the default cluster's links, they drew prewarm's planner into
+releasing copies to host memory and staging guesses on disk, both nothing here: on a Pareto-renewal
+model asked for every 4-45 minutes, every request was cold.)
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from models import Catalog
 from prewarm import (
     CACHE_TIERS,
+    HOP_INTO,
     ExecutorState,
     GpuState,
     Order,
@@ -30,10 +35,13 @@ from sim._metrics import MISPREDICTION_WINDOW_S, Record
 from sim._node import LazyReports, cached_effect
 from sim._policies import UNLIMITED_NODE, NodeShape, build
 
-__all__ = ["UNLIMITED_BYTES", "UnlimitedWorld"]
+__all__ = ["INSTANT_BYTES_PER_S", "UNLIMITED_BYTES", "UnlimitedWorld"]
 
 UNLIMITED_BYTES = 2**60
-"""What the reports give as each tier's capacity: more than any catalog holds."""
+"""What the reports give as GPU memory's capacity: more than any catalog holds."""
+
+INSTANT_BYTES_PER_S = 1e18
+"""What the reports give as every hop's bandwidth: 140 GB in a tenth of a microsecond."""
 
 _LOAD = "L3->L0"  # the one (instant) link of this world, for bytes_moved
 
@@ -55,19 +63,16 @@ class UnlimitedWorld:
     def __init__(
         self,
         catalog: Catalog,
-        bandwidth: Mapping[str, float],
         *,
         start: float = float("-inf"),
         end: float = float("inf"),
         clock: Clock | None = None,
     ) -> None:
         self.catalog = catalog
-        self.bandwidth = dict(bandwidth)
+        self.bandwidth = dict.fromkeys(HOP_INTO.values(), INSTANT_BYTES_PER_S)
         self.clock = clock or Clock(start if start > float("-inf") else 0.0)
         self.record = Record(start, end, tiers=(Tier.L0,))
-        self.shapes = {
-            UNLIMITED_NODE: NodeShape(UNLIMITED_NODE, (UNLIMITED_BYTES,), UNLIMITED_BYTES, UNLIMITED_BYTES)
-        }
+        self.shapes = {UNLIMITED_NODE: NodeShape(UNLIMITED_NODE, (UNLIMITED_BYTES,), 0, 0)}
         self._size = {spec.id: spec.size_bytes for spec in catalog}
         self._resident: dict[str, _Resident] = {}
         self._applied: set[str] = set()
@@ -149,7 +154,7 @@ class UnlimitedWorld:
             build(
                 TierState,
                 tier=t,
-                capacity_bytes=UNLIMITED_BYTES,
+                capacity_bytes=UNLIMITED_BYTES if t is Tier.L0 else 0,
                 used_bytes=used if t is Tier.L0 else 0,
                 resident=residents if t is Tier.L0 else [],
             )

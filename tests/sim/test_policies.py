@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from forecaster import ModelForecast
 from models import Catalog, ModelSpec
-from prewarm import ExecutorState, Hint, InvalidInput, Order
+from prewarm import ExecutorState, Hint, InvalidInput, Order, OrderAction, Tier
 from scheduler import Cluster, PlannerConfig
 from sim import (
     KeepAlivePolicy,
@@ -27,6 +28,7 @@ from sim import (
     run_policies,
     simulate,
 )
+from sim._prewarm import UNLIMITED_MEMORY_PRICE
 
 GB = 10**9
 CUT = 1_704_412_800.0  # a Friday 00:00 UTC
@@ -226,6 +228,41 @@ def test_the_oracle_under_unlimited_memory_has_no_cold_start_and_no_idle_memory(
     assert result.requests > 0
     assert result.cold_starts == 0
     assert result.idle_gb_minutes["L0"] == pytest.approx(0.0, abs=1e-9)
+
+
+# ------------------------------------------------------------------ prewarm under unlimited memory
+
+
+class _Sent(PrewarmPolicy):
+    """prewarm at the ``--unlimited`` price, keeping every order it sends."""
+
+    def __init__(self, source: Callable[[float], dict[str, ModelForecast]]) -> None:
+        super().__init__(PlannerConfig(), source, unlimited_price=UNLIMITED_MEMORY_PRICE)
+        self.sent: list[Order] = []
+
+    def tick(self, now: float, reports: Mapping[str, ExecutorState], hints: Sequence[Hint]) -> list[Order]:
+        orders = super().tick(now, reports, hints)
+        self.sent.extend(orders)
+        return orders
+
+
+def test_prewarm_under_unlimited_memory_orders_only_the_one_tier_there_is() -> None:
+    # A 28 GB model, used an hour before, is forecast at 30 % a minute around a request 30 minutes on.
+    # The world keeps GPU memory only: a copy released to host memory or staged on disk there would be
+    # gone, and the request cold. prewarm releases it and brings it back into GPU memory in time.
+    request = CUT + 1800
+
+    def source(now: float) -> dict[str, ModelForecast]:
+        start = now // 60 * 60
+        minutes = start + 60 * np.arange(240)
+        p = np.where(np.abs(minutes - request) < 300, 0.3, 0.0005)
+        return {"m": ModelForecast("m", start, 60, -np.log1p(-p), p, "test")}
+
+    policy = _Sent(source)
+    result = _run(policy, [(CUT - HOUR, "m"), (request, "m")], _catalog({"m": 28 * GB}), unlimited=True)
+    assert {o.tier for o in policy.sent} == {Tier.L0}
+    assert {o.action for o in policy.sent} == {OrderAction.EVICT, OrderAction.PREFETCH}
+    assert (result.requests, result.cold_starts, result.prefetches) == (1, 0, 1)
 
 
 # ------------------------------------------------------------------ the driver
