@@ -277,6 +277,7 @@ PINNED = {
         "KeepAlivePolicy",
         "LONG_TAIL_MIX",
         "LongTail",
+        "MISPREDICTED_BY",
         "ModelTruth",
         "NodeShape",
         "OraclePolicy",
