@@ -24,18 +24,27 @@ compared by:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 from prewarm import CACHE_TIERS, Tier
 
-__all__ = ["MISPREDICTED_BY", "MISPREDICTION_WINDOW_S", "SATURATED", "Record", "SimMetrics", "metrics"]
+__all__ = [
+    "MISPREDICTED_BY",
+    "MISPREDICTION_WINDOW_S",
+    "SATURATED",
+    "MispredictedBy",
+    "Record",
+    "SimMetrics",
+    "metrics",
+]
 
 MISPREDICTION_WINDOW_S = 600.0
 """A prefetched copy still unused this long before the window ends is counted as mispredicted then."""
 
-MISPREDICTED_BY = ("order", "displaced", "end")
+MispredictedBy = Literal["order", "displaced", "end"]
+MISPREDICTED_BY: tuple[MispredictedBy, ...] = get_args(MispredictedBy)
 """What took a mispredicted prefetch's copy away unused (``SimMetrics.mispredicted_by``): ``order``, the
 scheduler (its misprediction window passed, or it made room for a better bet); ``displaced``, the
 executor's LRU, evicting it for another load before the window passed; ``end``, nothing: it was still
@@ -85,7 +94,7 @@ class Record:
     def mispredictions(self) -> int:
         return sum(self.mispredicted_by.values())
 
-    def mispredicted(self, by: str) -> None:
+    def mispredicted(self, by: MispredictedBy) -> None:
         """A prefetch in the window went unused, and ``by`` (one of ``MISPREDICTED_BY``) took it away."""
         self.mispredicted_by[by] += 1
 

@@ -41,7 +41,7 @@ from prewarm import (
 )
 from scheduler import Cluster
 from sim._links import Clock
-from sim._metrics import MISPREDICTION_WINDOW_S, Record
+from sim._metrics import MISPREDICTION_WINDOW_S, MispredictedBy, Record
 from sim._node import HOP_OVERHEAD_S, INF, Copy, Job, LazyReports, Node, cached_effect, cached_path
 from sim._policies import NodeShape
 from sim._route import Router
@@ -404,7 +404,7 @@ class World:
         self.router.held(job.model, node)
         return copy
 
-    def drop(self, node: Node, tier: Tier, model: str, by: str = "order") -> None:
+    def drop(self, node: Node, tier: Tier, model: str, by: MispredictedBy = "order") -> None:
         """``model``'s copy leaves ``tier`` of ``node``: its residence is counted, its bet settled (taken
         away ``by`` an order or ``displaced`` by the LRU: ``MISPREDICTED_BY``)."""
         copy = node.copies[tier].pop(model)
@@ -423,7 +423,7 @@ class World:
         if copy.counted and self.record.counts(now):
             self._settle_guess(copy, by)
 
-    def _settle_guess(self, copy: Copy, by: str) -> None:
+    def _settle_guess(self, copy: Copy, by: MispredictedBy) -> None:
         """A copy a prefetch made in the window is leaving, or the window ends: count the guess if it
         went unused (a prefetch into host or GPU memory, mispredicted ``by`` what took it; one onto disk,
         unread)."""

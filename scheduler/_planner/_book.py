@@ -383,6 +383,8 @@ def _book_pending(rnd: _Round, cluster: ClusterState, books: Mapping[str, _Book]
         if order.action is OrderAction.PREFETCH or moved is None:
             moved = _Entry(order.model, spec.size_bytes, _INF, True)
         for tier in change.fills:
+            if tier is not order.tier and not book.can_hold(tier, spec.size_bytes):
+                continue  # streamed past, as ``_place_in`` planned it
             if tier is Tier.L0:
                 position = {gpu: p for p, gpu in enumerate(book.node.gpu_ids)} if book.node.gpus else {}
                 gpus = [position[g] for g in order.gpus if g in position]

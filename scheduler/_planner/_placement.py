@@ -253,10 +253,12 @@ def _place_in(rnd: _Round, cand: _Candidate, tier: Tier, value: float) -> bool:
     book, spec = rnd.books[cand.node], cand.spec
     trial = book.copy()
     moves: list[tuple[str, Tier, Tier]] = []
-    # A tier the node does not have (no room at all) is passed through, as the executor streams past
-    # it: such a node would otherwise never be prefetched to.
+    # A tier on the way that could never hold the copy (none on the node, or smaller than the model) is
+    # passed through, as the executor streams past it: the copy would otherwise never go farther.
     path = [
-        t for t in CACHE_TIERS if tier.level <= t.level < cand.frm.level and (t is tier or book.capacity[t])
+        t
+        for t in CACHE_TIERS
+        if tier.level <= t.level < cand.frm.level and (t is tier or book.can_hold(t, spec.size_bytes))
     ]
     if not all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path):
         return False

@@ -99,14 +99,23 @@ def test_surge_forecast_gives_a_timed_prefetch_ahead_of_the_surge() -> None:
     assert 160 < lead < 300
 
 
-def test_a_node_without_host_memory_or_disk_gets_its_prefetch_straight_into_gpu_memory() -> None:
-    # A load passes through tiers a node does not have (the executor streams past them): the copy
-    # need not find room there first, or such a node would never be prefetched to.
-    cat = catalog(spec("m", 20 * GB))
+@pytest.mark.parametrize(
+    ("size", "l1", "l2"),
+    [(20 * GB, 0, 0), (140 * GB, 100 * GB, 2000 * GB)],
+    ids=["no-host-memory-or-disk", "host-memory-smaller-than-the-model"],
+)
+def test_a_prefetch_into_gpu_memory_passes_tiers_that_cannot_hold_the_model(
+    size: int, l1: int, l2: int
+) -> None:
+    # A load passes through tiers that could never hold the model (the executor streams past them): the
+    # copy need not find room there first, or such a node would never be prefetched to.
+    cat = catalog(spec("m", size))
     surge = {"m": surge_forecast("m", NOW + 1800)}
-    orders = plan(NOW, surge, [], cat, state(cluster("a", l1=0, l2=0)), CONFIG)
+    gpus = (80 * GB, 80 * GB)
+    orders = plan(NOW, surge, [], cat, state(cluster("a", l1=l1, l2=l2, gpus=gpus)), CONFIG)
     assert [(o.action, o.tier) for o in orders] == [(OrderAction.PREFETCH, Tier.L0)]
-    assert orders == plan(NOW, surge, [], cat, state(cluster("a")), CONFIG)
+    roomy = cluster("a", l1=200 * GB, l2=2000 * GB, gpus=gpus)
+    assert orders == plan(NOW, surge, [], cat, state(roomy), CONFIG)
 
 
 def test_unlikely_big_model_is_only_staged_on_disk() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -51,12 +51,17 @@ World = tuple[Catalog, Cluster, ClusterState, list[Hint], dict[str, ModelForecas
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def apply(held: dict[Tier, dict[str, int]], orders: Sequence[Order], cat: Catalog) -> None:
-    """What an executor does with the orders: the spine's ``effect``, the rule the executor follows."""
+def apply(
+    held: dict[Tier, dict[str, int]], orders: Sequence[Order], cat: Catalog, capacity: Mapping[Tier, int]
+) -> None:
+    """What an executor does with the orders: the spine's ``effect``, the rule the executor follows,
+    streaming past a tier on the way that could never hold the model (``executor/_hops.py``)."""
     for order in orders:
+        size = cat[order.model].size_bytes
         change = effect(order.action, order.tier, [t for t in TIERS if order.model in held[t]])
         for t in change.fills:
-            held[t][order.model] = cat[order.model].size_bytes
+            if t is order.tier or capacity.get(t, 0) >= size:
+                held[t][order.model] = size
         for t in change.drops:
             held[t].pop(order.model, None)
 
@@ -126,7 +131,7 @@ def test_capacity_is_never_exceeded_by_applying_the_orders(world: World) -> None
     orders = plan(NOW, forecasts, hints, cat, state, CONFIG)
     for name, node in state.nodes.items():
         held = {t: {r.model: r.bytes for r in node.residents(t)} for t in TIERS}
-        apply(held, [o for o in orders if o.node == name], cat)
+        apply(held, [o for o in orders if o.node == name], cat, node.capacity)
         for t in TIERS:
             assert sum(held[t].values()) <= node.capacity.get(t, 0), (name, t, held[t])
 
@@ -246,7 +251,7 @@ def test_cascading_cold_starts_are_placed_or_queued_never_over_committed(count: 
     assert len(detailed.placements) == 1
     assert {p.model for p in detailed.placements} | {p.model for p in detailed.deferred} == set(names)
     held: dict[Tier, dict[str, int]] = {t: {} for t in TIERS}
-    apply(held, detailed.orders, cat)
+    apply(held, detailed.orders, cat, dict.fromkeys(TIERS, room))
     assert all(sum(held[t].values()) <= room for t in TIERS)
 
 
