@@ -52,6 +52,7 @@ class PlannerConfig:
 
     A speculative move there is made when ``P × weight > (1 - P) × miss_penalty``: for a standard model
     P > 2/3 with 2, so that mispredictions stay a small share of prefetches; 0 prefetches on any chance.
+    A weight below 1 (a busy model under ``objective="models"``) weighs the charge too.
     """
     memory_price: float = 0.0
     """Weighted seconds charged per GB·minute a copy is held in L0 or L1: what memory costs.

@@ -182,12 +182,18 @@ class _Valuer:
         L1/L0 from the staged disk copy, and the cold start into GPU memory; and the download from
         object storage as far as loads on request need that link (``NodeState.staging_busy``). The disk
         copy stays useful either way, and on a link requests leave idle a download takes nothing from
-        them; on a link they keep busy it delays them and displaces disk copies they will read."""
+        them; on a link they keep busy it delays them and displaces disk copies they will read.
+
+        Weighed as a request of the model's own would be (``_model_weights``) where that is less than
+        one of a standard model's, so that a guess about a busy model under ``objective="models"`` is
+        made at the odds of any other (P > 2/3 with the default ``miss_penalty``): charged in full,
+        a model used ten times an hour was not guessed at any P, and was cold on every request its
+        memory price had released it for. A rarely used model's guesses waste no more than anyone's."""
         staged = Tier.L2 if frm.level > Tier.L2.level else frm
         hops = self.raw_lead(node, spec.size_bytes, staged, to)  # none for the disk itself
         if staged is not frm and node.staging_busy > 0:
             hops += node.staging_busy * self.raw_lead(node, spec.size_bytes, frm, staged)
-        return hops + self._cold_start(to)
+        return (hops + self._cold_start(to)) * min(self._weights.get(spec.id, 1.0), 1.0)
 
     def tier_figures(
         self, spec: ModelSpec, node: NodeState, frm: Tier

@@ -703,3 +703,34 @@ def test_a_waiting_request_displaces_the_gpu_copy_fewer_requests_would_queue_beh
         ("steady", OrderAction.DEMOTE, Tier.L1),
         ("new", OrderAction.PREFETCH, Tier.L0),
     ]
+
+
+def _guessed(daily: float, window_p: float, config: PlannerConfig) -> bool:
+    """Whether a round prefetches a 2 GB model used ``daily`` times a day into GPU memory on a chance
+    ``window_p`` of a request in the ten minutes from 20 minutes on (nothing resident, nothing else)."""
+    per_bucket = 1.0 - (1.0 - window_p) ** 0.1
+    forecast = dataclasses.replace(
+        surge_forecast("m", NOW + 1200, p=per_bucket, buckets=30), daily_requests=daily
+    )
+    c = cluster("a")
+    r = report("a", {}, capacity=CAP)
+    orders = plan(NOW + 900, {"m": forecast}, [], catalog(spec("m", 2 * GB)), state(c, r), config)
+    return any(o.action is OrderAction.PREFETCH and o.tier is Tier.L0 for o in orders)
+
+
+@pytest.mark.parametrize("daily", [24.0, 240.0, 2400.0])
+def test_per_model_objective_guesses_at_the_same_odds_for_a_busy_model_as_for_an_hourly_one(
+    daily: float,
+) -> None:
+    # A busy model's cold start weighs little per model, and so does the transfer a wrong guess about it
+    # wastes: charged as an hourly model's, a model used 240 times a day was not guessed even at P = 0.99.
+    per_model = PlannerConfig(objective="models")
+    assert _guessed(daily, 0.9, per_model)
+    assert not _guessed(daily, 0.5, per_model)
+
+
+def test_per_model_objective_guesses_at_lower_odds_for_a_model_used_less_than_hourly() -> None:
+    per_model = PlannerConfig(objective="models")
+    # Its cold start weighs more than an hourly model's, the transfer a wrong guess wastes no more.
+    assert _guessed(2.0, 0.3, per_model)
+    assert not _guessed(24.0, 0.3, per_model)
