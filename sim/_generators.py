@@ -222,6 +222,23 @@ class Events:
         self.add(model, stamps, truth)
         return np.sort(begin)
 
+    def hawkes(
+        self, model: str, starts_per_minute: Floats, truth: ModelTruth, *, children: float, delay_s: float
+    ) -> None:
+        """A self-exciting (Hawkes) process: requests arrive as a Poisson process (``starts_per_minute``)
+        and each brings a Poisson number of ``children`` (mean, below 1) more, each an exponential
+        ``delay_s`` (mean) after it, and so on until a generation is empty."""
+        counts = self.rng.poisson(np.maximum(starts_per_minute, 0.0))
+        minute = np.repeat(np.arange(self.clock.minutes), counts)
+        generation = self.clock.start + 60.0 * (minute + self.rng.random(minute.size))
+        stamps = [generation]
+        while generation.size:
+            n = self.rng.poisson(children, generation.size)
+            generation = np.repeat(generation, n) + self.rng.exponential(delay_s, int(n.sum()))
+            generation = generation[generation < self.clock.end]
+            stamps.append(generation)
+        self.add(model, np.concatenate(stamps), truth)
+
     def frame(self) -> pd.DataFrame:
         """The requests as a trace frame: ``timestamp`` (epoch s, to the millisecond, so that a CSV
         round-trips exactly) and ``model`` (str), sorted by time, ties by model."""

@@ -35,7 +35,10 @@ Judge cases (held back; a result counts when it holds here too):
   a policy that sees structure everywhere pays for it;
 - ``renewal``: renewal processes and no clock, heavy-tailed idle times (bursts, then hours of silence)
   or a period that drifts: when a model comes back depends only on how long it has been idle, which
-  no tune case isolates.
+  no tune case isolates;
+- ``hawkes_mix``: a fourth generator's mix, none of whose kinds another case makes: self-exciting
+  sessions (a request brings more, minutes later), Pareto renewals (a least gap, then a heavy tail),
+  crons off the minute with jitter and missed ticks, office hours in a time zone of each model's own.
 
 The split keeps each mechanism a policy needs (daily cycles, timers, surges, stops, hints) in the tune
 set, and puts in the judge set what a tuned policy must generalise to: other parameters of the same
@@ -72,6 +75,7 @@ from sim._generators import (
     DAY,
     Clock,
     Events,
+    Floats,
     ModelTruth,
     catalog_for,
     daily_bumps,
@@ -692,6 +696,73 @@ def _onoff(rng: np.random.Generator) -> Case:
     )
 
 
+def _pareto_gaps(rng: np.random.Generator, least_s: float, shape: float, n: int) -> Floats:
+    """``n`` Pareto gaps: at least ``least_s``, the tail falling with ``shape`` (numpy's is Lomax)."""
+    gaps: Floats = least_s * (1.0 + rng.pareto(shape, n))
+    return gaps
+
+
+def _hawkes_mix(rng: np.random.Generator) -> Case:
+    # The generator of the twenty-ninth stop's scratch traces (docs/benchmarks.md), none of whose four
+    # kinds another case makes: self-exciting sessions (a Hawkes process: each request may bring more,
+    # minutes later, on a daily cycle of immigrants), Pareto renewals (a minimum gap, then a heavy
+    # tail), crons whose period is no whole number of minutes, with jitter either way and missed
+    # ticks, and office hours in a time zone of the model's own.
+    clock = _clock(_WED, 5, 48)
+    ev = Events(clock, rng)
+    for i in range(16):
+        per_hour = 10 ** rng.uniform(np.log10(0.2), np.log10(20.0))
+        peak, depth = rng.uniform(0.0, 24.0), rng.uniform(0.3, 0.95)
+        children, delay_s = rng.uniform(0.5, 0.9), rng.uniform(120.0, 1200.0)
+        note = (
+            f"{per_hour:.3g} sessions/h at mean, peak {peak:.1f} h, depth {depth:.2f}; "
+            f"{children:.2f} children a request, {delay_s / 60:.3g} min later on average"
+        )
+        ev.hawkes(
+            f"hawkes-{i:02d}",
+            per_hour / 60.0 * diurnal(clock, peak, depth),
+            ModelTruth("self_exciting", note=note),
+            children=children,
+            delay_s=delay_s,
+        )
+    for i in range(12):
+        shape, mean_s = rng.uniform(1.2, 2.0), 60.0 * 10 ** rng.uniform(np.log10(20.0), np.log10(360.0))
+        least_s = mean_s * (shape - 1.0) / shape
+        gaps = functools.partial(_pareto_gaps, rng, least_s, shape)
+        note = f"Pareto gaps, shape {shape:.2f}, at least {least_s / 60:.3g} min, mean {mean_s / 60:.3g} min"
+        ev.add(f"pareto-{i:02d}", _renewal_stamps(gaps, clock), ModelTruth("pareto_renewal", note=note))
+    for i in range(10):
+        period_s, jitter_s = 60.0 * rng.uniform(17.0, 180.0), rng.uniform(60.0, 180.0)
+        ticks = (
+            clock.start
+            + rng.uniform(0.0, period_s)
+            + period_s * np.arange(int(clock.minutes * 60 / period_s) + 1)
+        )
+        kept = ticks[rng.random(ticks.size) >= 0.1]
+        note = f"every {period_s / 60:.4g} min, jitter σ {jitter_s:.0f} s, a tenth of the ticks missed"
+        ev.add(f"cron-{i:02d}", kept + rng.normal(0.0, jitter_s, kept.size), ModelTruth("cron", note=note))
+    for i in range(10):
+        per_hour, offset_h = rng.uniform(0.5, 3.0), int(rng.integers(-8, 9))
+        local_h = clock.hour + offset_h
+        weekday = (clock.weekday + np.floor_divide(local_h, 24.0).astype(np.int64)) % 7
+        open_ = (weekday < 5) & (local_h % 24.0 >= 9.0) & (local_h % 24.0 < 17.0)
+        note = f"{per_hour:.3g}/h, weekdays 9-17 at UTC{offset_h:+d}"
+        ev.poisson(
+            f"office-{i:02d}", np.where(open_, per_hour / 60.0, 0.0), ModelTruth("office_hours", note=note)
+        )
+    return _case(
+        "hawkes_mix",
+        "judge",
+        "48 models of four kinds no other case makes: self-exciting sessions on a daily cycle (a request "
+        "brings more, minutes later), Pareto renewals (a least gap, then a heavy tail), crons every "
+        "17-180 minutes off the minute with jitter and missed ticks, and office hours in time zones from "
+        "UTC-8 to UTC+8",
+        ev,
+        train_days=5,
+        sim_hours=48,
+    )
+
+
 _BUILDERS: dict[str, Callable[[np.random.Generator], Case]] = {
     "azure_mix": _azure_mix,
     "azure_samples": _azure_samples,
@@ -707,6 +778,7 @@ _BUILDERS: dict[str, Callable[[np.random.Generator], Case]] = {
     "rotation": _rotation,
     "onoff": _onoff,
     "renewal": _renewal,
+    "hawkes_mix": _hawkes_mix,
 }
 SUITE_CASES: tuple[str, ...] = tuple(_BUILDERS)
 

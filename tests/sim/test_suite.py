@@ -128,6 +128,7 @@ def test_a_judge_case_has_a_structure_no_tune_case_has(cases: dict[str, Case]) -
         return {t.kind for c in cases.values() if c.role == role for t in c.truth.values()}
 
     assert {"weekly_only", "heavy_tail", "drifting_period"} <= kinds("judge") - kinds("tune")
+    assert {"self_exciting", "pareto_renewal", "cron", "office_hours"} <= kinds("judge") - kinds("tune")
 
 
 def test_every_case_is_a_sorted_trace_of_catalog_models_with_both_spans_used(cases: dict[str, Case]) -> None:
@@ -451,3 +452,38 @@ def test_renewal_gaps_have_the_spread_their_kind_says(cases: dict[str, Case]) ->
         # for a Poisson process), and a gap over 3 × the mean under 1 % (5 % of them for a Poisson one).
         assert (gaps < 0.3 * gaps.mean()).mean() <= 0.15, model
         assert (gaps > 3.0 * gaps.mean()).mean() <= 0.05, model
+
+
+def _noted(case: Case, model: str, pattern: str) -> float:
+    return float(re.search(pattern, case.truth[model].note).group(1))  # type: ignore[union-attr]
+
+
+def test_hawkes_mix_models_have_the_gaps_of_their_kind(cases: dict[str, Case]) -> None:
+    case = cases["hawkes_mix"]
+    kinds = {k: _of_kind(case, k) for k in ("self_exciting", "pareto_renewal", "cron", "office_hours")}
+    assert [len(kinds[k]) for k in kinds] == [16, 12, 10, 10]
+    for model in kinds["self_exciting"]:
+        gaps = np.diff(_stamps(case, model))
+        # Requests bring more minutes later: gaps far more spread than a Poisson process's (CV 1).
+        assert gaps.std() / gaps.mean() >= 1.2, model
+    for model in kinds["pareto_renewal"]:
+        gaps = np.diff(_stamps(case, model))
+        least = 60.0 * _noted(case, model, r"at least ([0-9.e+]+) min")  # to three digits
+        assert gaps.min() >= 0.99 * least, model
+        if gaps.size >= 50:
+            # A Pareto's median is its least value times 2^(1/shape).
+            shape = _noted(case, model, r"shape ([0-9.]+)")
+            assert np.median(gaps) == pytest.approx(least * 2 ** (1 / shape), rel=0.25), model
+    for model in kinds["cron"]:
+        gaps = np.diff(_stamps(case, model))
+        period = 60.0 * _noted(case, model, r"every ([0-9.]+) min")
+        jitter = _noted(case, model, r"σ ([0-9]+) s")
+        ticks = np.maximum(np.round(gaps / period), 1.0)
+        assert (np.abs(gaps - ticks * period) <= 6 * jitter).mean() >= 0.95, model  # two ticks' jitter: √2 σ
+        assert 0.03 <= (ticks >= 2).mean() <= 0.25, model  # a tenth of the ticks missed
+    for model in kinds["office_hours"]:
+        stamps = _stamps(case, model)
+        local = stamps + 3600.0 * _noted(case, model, r"UTC([+-][0-9]+)")
+        weekday, hour = (local // 86400 + 3) % 7, (local % 86400) / 3600
+        assert ((weekday < 5) & (hour >= 9) & (hour < 17)).all(), model
+        assert (stamps >= case.cut).any(), model  # the simulated window falls on weekdays
