@@ -29,7 +29,7 @@ stays in its book until the next report, an over-count, never an under-count.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Generic, Protocol, TypeVar
@@ -139,7 +139,9 @@ class Effect:
     """Tiers whose copy goes, closest to the GPU first."""
 
 
-def effect(action: OrderAction, tier: Tier, held: Collection[Tier]) -> Effect:
+def effect(
+    action: OrderAction, tier: Tier, held: Collection[Tier], holds: Callable[[Tier], bool] | None = None
+) -> Effect:
     """How an admitted order changes the tiers that hold its model, from the tiers ``held`` now.
 
     - PREFETCH to ``tier``: ``tier`` holds a copy afterwards. Loaded from the closest copy along
@@ -147,12 +149,18 @@ def effect(action: OrderAction, tier: Tier, held: Collection[Tier]) -> Effect:
       (the planner never asks that of a prefetch, but an executor does it); nothing when it has one.
     - DEMOTE to ``tier``: the same, then every copy closer than ``tier`` goes.
     - EVICT at ``tier``: the copies in ``tier`` and every tier closer go (L3: every local copy).
+
+    ``holds``: whether a tier of the node could ever hold the model (its capacity, emptied), where the
+    caller knows it: a load streams past a tier on its way that could not, as the executor does
+    (``executor/_hops.py``), and fills it only if it is ``tier`` itself.
     """
     source = closest(held)
     if action is OrderAction.EVICT:
         return Effect(source, (), tuple(t for t in CACHE_TIERS if t in held and t.level <= tier.level))
     promote = source.level > tier.level
     fills = load_path(source, tier) if promote else () if tier in held else (tier,)
+    if holds is not None and promote:
+        fills = tuple(t for t in fills if t is tier or holds(t))
     if action is OrderAction.PREFETCH:
         return Effect(source, fills, ())
     return Effect(source, fills, tuple(t for t in CACHE_TIERS if t in held and t.level < tier.level))

@@ -10,6 +10,7 @@ the executor and the simulator place it. ``_Round`` carries the books and what t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -378,13 +379,14 @@ def _book_pending(rnd: _Round, cluster: ClusterState, books: Mapping[str, _Book]
         if admit(order, rnd.now, node=order.node, spec=spec):
             continue
         held = [t for t in CACHE_TIERS if order.model in book.held[t]]
-        change = effect(order.action, order.tier, held)
+        # A tier that could never hold the model is streamed past, as ``_place_in`` planned it.
+        change = effect(
+            order.action, order.tier, held, functools.partial(book.can_hold, size=spec.size_bytes)
+        )
         moved = next((book.held[t][order.model] for t in held), None)
         if order.action is OrderAction.PREFETCH or moved is None:
             moved = _Entry(order.model, spec.size_bytes, _INF, True)
         for tier in change.fills:
-            if tier is not order.tier and not book.can_hold(tier, spec.size_bytes):
-                continue  # streamed past, as ``_place_in`` planned it
             if tier is Tier.L0:
                 position = {gpu: p for p, gpu in enumerate(book.node.gpu_ids)} if book.node.gpus else {}
                 gpus = [position[g] for g in order.gpus if g in position]

@@ -58,10 +58,10 @@ def apply(
     streaming past a tier on the way that could never hold the model (``executor/_hops.py``)."""
     for order in orders:
         size = cat[order.model].size_bytes
-        change = effect(order.action, order.tier, [t for t in TIERS if order.model in held[t]])
+        held_now = [t for t in TIERS if order.model in held[t]]
+        change = effect(order.action, order.tier, held_now, lambda t, size=size: capacity.get(t, 0) >= size)
         for t in change.fills:
-            if t is order.tier or capacity.get(t, 0) >= size:
-                held[t][order.model] = size
+            held[t][order.model] = size
         for t in change.drops:
             held[t].pop(order.model, None)
 

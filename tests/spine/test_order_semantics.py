@@ -107,6 +107,15 @@ def test_each_action_changes_the_copies_as_the_executor_does() -> None:
     assert effect(OrderAction.EVICT, Tier.L3, [Tier.L2]).drops == (Tier.L2,)
 
 
+def test_a_load_streams_past_a_tier_that_could_never_hold_its_model() -> None:
+    # A node without host memory, or with less than the model: the bytes go on to GPU memory, as the
+    # executor streams them past (executor/_hops.py); the order's own tier is filled whatever it says.
+    no_host = effect(OrderAction.PREFETCH, Tier.L0, [], lambda t: t is not Tier.L1)
+    assert no_host.fills == (Tier.L2, Tier.L0)
+    assert effect(OrderAction.PREFETCH, Tier.L1, [Tier.L2], lambda t: False).fills == (Tier.L1,)
+    assert effect(OrderAction.DEMOTE, Tier.L1, [Tier.L0], lambda t: False).fills == (Tier.L1,)  # no load
+
+
 held_sets = st.sets(st.sampled_from(CACHE_TIERS))
 actions = st.sampled_from(list(OrderAction))
 
