@@ -193,7 +193,11 @@ class _Valuer:
         hops = self.raw_lead(node, spec.size_bytes, staged, to)  # none for the disk itself
         if staged is not frm and node.staging_busy > 0:
             hops += node.staging_busy * self.raw_lead(node, spec.size_bytes, frm, staged)
-        return (hops + self._cold_start(to)) * min(self._weights.get(spec.id, 1.0), 1.0)
+        return (hops + self._cold_start(to)) * self._miss_weight(spec)
+
+    def _miss_weight(self, spec: ModelSpec) -> float:
+        """What ``wasted`` weighs a wrong guess about ``spec`` by: its per-model weight, at most 1."""
+        return min(self._weights.get(spec.id, 1.0), 1.0)
 
     def tier_figures(
         self, spec: ModelSpec, node: NodeState, frm: Tier
@@ -202,7 +206,8 @@ class _Valuer:
         what a wrong guess that moved it there wastes (``wasted``). With them a candidate's wants are
         bounded as ``net`` computes it. (The same dicts for models alike.)"""
         rate = self._rate(spec)
-        key = (node.hop_rates, node.staging_busy, frm, spec.size_bytes, self.weight(spec), rate)
+        weights = (self.weight(spec), self._miss_weight(spec))
+        key = (node.hop_rates, node.staging_busy, frm, spec.size_bytes, *weights, rate)
         kept = self._figures.get(key)
         if kept is None:
             tiers = [t for t in CACHE_TIERS if t.level < frm.level]

@@ -27,7 +27,7 @@ from scheduler_builders import (
 )
 
 from forecaster import ModelForecast
-from models import Catalog, ModelSpec
+from models import Catalog, ModelSpec, PriorityClass
 from prewarm import ExecutorState, Order, OrderAction, OrderReason, Tier
 from scheduler import (
     DEMAND_SOURCE,
@@ -39,6 +39,7 @@ from scheduler import (
     plan_detailed,
 )
 from scheduler._cluster import Departures
+from scheduler._planner._value import _hop_times, _Valuer
 
 CONFIG = PlannerConfig()
 CAP = {Tier.L0: 80 * GB, Tier.L1: 200 * GB, Tier.L2: 2000 * GB}
@@ -734,3 +735,15 @@ def test_per_model_objective_guesses_at_lower_odds_for_a_model_used_less_than_ho
     # Its cold start weighs more than an hourly model's, the transfer a wrong guess wastes no more.
     assert _guessed(2.0, 0.3, per_model)
     assert not _guessed(24.0, 0.3, per_model)
+
+
+def test_a_wrong_guess_is_valued_apart_for_models_of_one_weight_but_not_one_use() -> None:
+    # A critical model used four times an hour weighs what a standard hourly one does (4 × 1/4), but
+    # a wrong guess about it wastes a quarter as much: the figures kept for models alike are not shared.
+    valuer = _Valuer(PlannerConfig(objective="models"), _hop_times(), weights={"busy": 0.25, "hourly": 1.0})
+    busy, hourly = spec("busy", 2 * GB, PriorityClass.CRITICAL), spec("hourly", 2 * GB)
+    node = state(cluster("a")).nodes["a"]
+    assert valuer.weight(busy) == valuer.weight(hourly)
+    _, wasted_hourly = valuer.tier_figures(hourly, node, Tier.L3)
+    _, wasted_busy = valuer.tier_figures(busy, node, Tier.L3)
+    assert wasted_busy[Tier.L0] == pytest.approx(0.25 * wasted_hourly[Tier.L0])
