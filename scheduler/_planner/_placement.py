@@ -9,13 +9,14 @@ is deferred to a later round.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from models import ModelSpec
-from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier, gpu_shards
+from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier, effect, gpu_shards
 from scheduler._cluster import NodeState, copy_width
 from scheduler._planner._book import _Book, _Entry, _make_room, _Round
 from scheduler._planner._config import _INF, Placement, _Decision
@@ -254,12 +255,11 @@ def _place_in(rnd: _Round, cand: _Candidate, tier: Tier, value: float) -> bool:
     trial = book.copy()
     moves: list[tuple[str, Tier, Tier]] = []
     # A tier on the way that could never hold the copy (none on the node, or smaller than the model) is
-    # passed through, as the executor streams past it: the copy would otherwise never go farther.
-    path = [
-        t
-        for t in CACHE_TIERS
-        if tier.level <= t.level < cand.frm.level and (t is tier or book.can_hold(t, spec.size_bytes))
-    ]
+    # passed through, as the executor streams past it: the copy would otherwise never go farther. Room
+    # is made closest first.
+    held = () if cand.frm is Tier.L3 else (cand.frm,)
+    holds = functools.partial(book.can_hold, size=spec.size_bytes)
+    path = effect(OrderAction.PREFETCH, tier, held, holds).fills[::-1]
     if not all(_make_room(trial, t, spec.size_bytes, value, moves) for t in path):
         return False
     if tier is Tier.L0 and not cand.want.demand:
