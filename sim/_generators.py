@@ -169,9 +169,15 @@ class Events:
 
     def poisson(self, model: str, per_minute: Floats, truth: ModelTruth) -> None:
         """An inhomogeneous Poisson process with ``per_minute`` expected requests in each minute."""
+        self.add(model, self.arrivals(per_minute), truth)
+
+    def arrivals(self, per_minute: Floats) -> Floats:
+        """The times of an inhomogeneous Poisson process with ``per_minute`` expected arrivals in each
+        minute of the clock (a count per minute, each arrival uniform within its minute)."""
         counts = self.rng.poisson(np.maximum(per_minute, 0.0))
         minute = np.repeat(np.arange(self.clock.minutes), counts)
-        self.add(model, self.clock.start + 60.0 * (minute + self.rng.random(minute.size)), truth)
+        times: Floats = self.clock.start + 60.0 * (minute + self.rng.random(minute.size))
+        return times
 
     def timer(
         self,
@@ -207,18 +213,14 @@ class Events:
         """Bursts: sessions start as a Poisson process (``starts_per_minute``), each lasts a uniform
         number of ``minutes`` at a log-uniform request rate in ``per_minute``; ``background`` adds
         a Poisson trickle between them. Returns the sessions' start times (hints are built from them)."""
-        counts = self.rng.poisson(np.maximum(starts_per_minute, 0.0))
-        minute = np.repeat(np.arange(self.clock.minutes), counts)
-        begin = self.clock.start + 60.0 * (minute + self.rng.random(minute.size))
+        begin = self.arrivals(starts_per_minute)
         length = 60.0 * self.rng.uniform(*minutes, begin.size)
         rate = np.exp(self.rng.uniform(np.log(per_minute[0]), np.log(per_minute[1]), begin.size))
         n = self.rng.poisson(rate * length / 60.0)
         offsets = self.rng.random(int(n.sum())) * np.repeat(length, n)
         stamps = np.repeat(begin, n) + offsets
         if background is not None:
-            counts = self.rng.poisson(np.maximum(background, 0.0))
-            bg = np.repeat(np.arange(self.clock.minutes), counts)
-            stamps = np.concatenate([stamps, self.clock.start + 60.0 * (bg + self.rng.random(bg.size))])
+            stamps = np.concatenate([stamps, self.arrivals(background)])
         self.add(model, stamps, truth)
         return np.sort(begin)
 
@@ -228,9 +230,7 @@ class Events:
         """A self-exciting (Hawkes) process: requests arrive as a Poisson process (``starts_per_minute``)
         and each brings a Poisson number of ``children`` (mean, below 1) more, each an exponential
         ``delay_s`` (mean) after it, and so on until a generation is empty."""
-        counts = self.rng.poisson(np.maximum(starts_per_minute, 0.0))
-        minute = np.repeat(np.arange(self.clock.minutes), counts)
-        generation = self.clock.start + 60.0 * (minute + self.rng.random(minute.size))
+        generation = self.arrivals(starts_per_minute)
         stamps = [generation]
         while generation.size:
             n = self.rng.poisson(children, generation.size)
