@@ -34,6 +34,7 @@ __all__ = [
     "MISPREDICTED_BY",
     "MISPREDICTION_WINDOW_S",
     "SATURATED",
+    "WARM_S",
     "MispredictedBy",
     "Record",
     "SimMetrics",
@@ -55,6 +56,9 @@ SATURATED = 0.99
 
 SLOW_S = 5.0
 """A request waiting longer than this is slow: the seed's "5 seconds" (``share_wait_over_5s``)."""
+
+WARM_S = 60.0
+"""A GPU copy given up to a load this soon after its last use was still warm (``warm_displacements``)."""
 
 GB = 1e9
 NAN = float("nan")
@@ -85,6 +89,7 @@ class Record:
     queued_loads: int = 0
     orders: int = 0
     over_commit_bytes: int = 0
+    warm_displacements: int = 0
     gpu_seconds_loading: float = 0.0
 
     def counts(self, at: float) -> bool:
@@ -173,6 +178,10 @@ class SimMetrics:
     disk_stagings_unread: int = 0
     """Of the copies they staged, those no load read before they left the disk or the window ended (a
     copy staged in the window's last ten minutes is not counted): the downloads a wrong guess wasted."""
+    warm_displacements: int = 0
+    """GPU copies the executors' LRU gave up to make room for a load within ``WARM_S`` of their last use:
+    models taking turns on a node's GPUs, each turn a cold start (two busy models whose copies cannot
+    share the GPUs of the one node their host copies send their loads to)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -244,4 +253,5 @@ def metrics(policy: str, record: Record, *, unlimited: bool = False) -> SimMetri
         over_commit_bytes=record.over_commit_bytes,
         disk_stagings=record.disk_stagings,
         disk_stagings_unread=record.disk_stagings_unread,
+        warm_displacements=record.warm_displacements,
     )

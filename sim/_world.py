@@ -41,7 +41,7 @@ from prewarm import (
 )
 from scheduler import Cluster
 from sim._links import Clock
-from sim._metrics import MISPREDICTION_WINDOW_S, MispredictedBy, Record
+from sim._metrics import MISPREDICTION_WINDOW_S, WARM_S, MispredictedBy, Record
 from sim._node import HOP_OVERHEAD_S, INF, Copy, Job, LazyReports, Node, cached_effect, cached_path
 from sim._policies import NodeShape
 from sim._route import Router
@@ -369,10 +369,15 @@ class World:
             ):
                 return None
             gpus, victims = (), chosen
+        now = self.clock.now
         for model in victims:
-            displaced += node.copies[tier][model].bytes
+            copy = node.copies[tier][model]
+            displaced += copy.bytes
+            warm = tier is Tier.L0 and copy.last_used is not None and now - copy.last_used <= WARM_S
+            if warm and self.record.counts(now):
+                self.record.warm_displacements += 1  # the LRU gave up a copy in use: models take turns
             self.drop(node, tier, model, by="displaced")
-        if job.order is not None and self.record.counts(self.clock.now):
+        if job.order is not None and self.record.counts(now):
             self.record.over_commit_bytes += displaced
         return gpus
 

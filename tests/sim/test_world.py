@@ -578,3 +578,19 @@ def test_the_lru_over_one_gpus_shards_is_the_spines() -> None:
         held = [Holding(c.key, c.shard, c.recency, c.pins, c.ready) for c in copies]
         chosen = shard_victims(copies, need, free)
         assert (None if chosen is None else [c.key for c in chosen]) == lru_victims(held, need, free)
+
+
+def test_a_gpu_copy_given_up_within_a_minute_of_its_use_counts_as_a_warm_displacement() -> None:
+    # One 80 GB GPU, two 60 GB models, loads that take no time: each load displaces the other. b comes
+    # 10 s after a was used, a again an hour after b: only the first copy given up was still warm.
+    world = _world(_cluster(l3=FAST, l2=FAST, l1=FAST), _catalog({"a": 60 * GB, "b": 60 * GB}))
+    _request(world, "a", T0)
+    _settle(world)
+    used = world.clock.now
+    _request(world, "b", used + 10)
+    _settle(world)
+    assert world.record.warm_displacements == 1
+    _request(world, "a", world.clock.now + 3600)
+    _settle(world)
+    assert world.record.warm_displacements == 1
+    assert set(_l0(world)) == {"a"}
