@@ -150,9 +150,10 @@ def _warn_left_out(what: str, models: list[str]) -> None:
 
 
 def render_table(results: Mapping[str, SimMetrics]) -> str:
-    """One row per policy. Waits of a run whose cluster could not keep up are shown as 'unstable'."""
+    """One row per policy. Waits of a run whose cluster could not keep up are shown as 'unstable'; 'warm'
+    counts the GPU copies given up within a minute of their last use (``warm_displacements``)."""
     header = (
-        f"{'policy':<16} {'requests':>8} {'cold':>6} {'cold %':>6} {'p75 model':>9} {'>1 s':>6} "
+        f"{'policy':<16} {'requests':>8} {'cold':>6} {'cold %':>6} {'warm':>6} {'p75 model':>9} {'>1 s':>6} "
         f"{'>5 s':>6} {'p95 s':>9} {'idle GB·min L0/L1':>19} {'prefetch':>8} {'mispred':>7} {'displ':>5} "
         f"{'moved TB':>8} {'>5 s from L1/L2/L3':>18}"
     )
@@ -167,9 +168,9 @@ def render_table(results: Mapping[str, SimMetrics]) -> str:
         )
         lines.append(
             f"{label:<16} {r.requests:>8} {r.cold_starts:>6} {r.cold_start_rate:>6.1%} "
-            f"{r.p75_model_cold_start_rate:>9.3f} {waits} {idle_text:>19} {r.prefetches:>8} "
-            f"{r.mispredictions:>7} {r.mispredicted_by['displaced']:>5} {r.bytes_moved / 1e12:>8.2f} "
-            f"{_slow_from(r):>18}"
+            f"{r.warm_displacements:>6} {r.p75_model_cold_start_rate:>9.3f} {waits} {idle_text:>19} "
+            f"{r.prefetches:>8} {r.mispredictions:>7} {r.mispredicted_by['displaced']:>5} "
+            f"{r.bytes_moved / 1e12:>8.2f} {_slow_from(r):>18}"
         )
     return "\n".join(lines)
 
