@@ -15,13 +15,17 @@ it, a job the seasonal table already explains ``g ≈ 1`` near a day and a dip i
 
 ``g`` is estimated per bin of idle time (one bin per minute up to ``FINE`` minutes, where timers' periods
 are exact, then 5 % wider bins up to a week) with a gamma prior of mean 1: ``g = (observed + a) /
-(expected + a)``. How much structure a model has is decided on data it was not estimated on: ``g`` is
-estimated on the training span but its last ``validation_days``, and for each prior strength ``a`` in
+(expected + a)``. How much structure a model has is decided on a day ``g`` was not estimated on: ``g``
+is estimated on the training span but its last ``validation_days``, and for each prior strength ``a`` in
 ``PRIORS`` the one-minute log loss on that last day is compared with the bundle's own forecast (with its
-active/idle calibration). A model keeps ``g`` only if some ``a`` wins by at least ``MIN_GAIN_NATS``;
-``g`` is then re-estimated on the whole span with that ``a``. Every other model has no structure
-(``prior = inf``): the forecaster says so by forecasting its calibrated seasonal rate — with the
-bundle's active/idle factors only where those, too, win on that day by the same margin (``state``).
+active/idle calibration). That forecast was fitted on the whole span, the last day included, so the
+comparison favours it (a seasonal naive profile holds a third of that day's requests); judging against
+the family refitted without the last day was tried and was no better on the simulator's suite
+(docs/benchmarks.md, the thirty-first stop). A model keeps ``g`` only if some ``a`` wins by at least
+``MIN_GAIN_NATS``; ``g`` is then re-estimated on the whole span with that ``a``. Every other model has
+no structure (``prior = inf``): the forecaster says so by forecasting its calibrated seasonal rate —
+with the bundle's active/idle factors only where those, too, win on that day by the same margin
+(``state``).
 """
 
 from __future__ import annotations
