@@ -153,18 +153,20 @@ class PolicyBench:
         }
 
     def table(self) -> str:
-        """One row per case, setting and policy, then the targets."""
+        """One row per case, setting and policy, then the targets ('warm': ``warm_displacements``)."""
         lines = [
-            f"{'case':<14} {'setting':<9} {'policy':<14} {'requests':>8} {'cold':>7} {'p75 rate':>8} "
-            f"{'>5 s':>7} {'idle L0+L1 GB-min':>17} {'prefetch':>8} {'mispred':>7} {'displ':>5} {'stable':>6}"
+            f"{'case':<14} {'setting':<9} {'policy':<14} {'requests':>8} {'cold':>7} {'warm':>6} "
+            f"{'p75 rate':>8} {'>5 s':>7} {'idle L0+L1 GB-min':>17} {'prefetch':>8} {'mispred':>7} "
+            f"{'displ':>5} {'stable':>6}"
         ]
         for case, settings in self.runs.items():
             for setting, results in settings.items():
                 for label, m in results.items():
                     lines.append(
                         f"{case:<14} {setting:<9} {label:<14} {m.requests:>8} {m.cold_starts:>7} "
-                        f"{m.p75_model_cold_start_rate:>8.3f} {m.share_wait_over_5s:>7.2%} {_l01(m):>17.0f} "
-                        f"{m.prefetches:>8} {m.mispredictions:>7} {m.mispredicted_by['displaced']:>5} "
+                        f"{m.warm_displacements:>6} {m.p75_model_cold_start_rate:>8.3f} "
+                        f"{m.share_wait_over_5s:>7.2%} {_l01(m):>17.0f} {m.prefetches:>8} "
+                        f"{m.mispredictions:>7} {m.mispredicted_by['displaced']:>5} "
                         f"{'yes' if m.stable else 'NO':>6}"
                     )
         lines.append("")
