@@ -28,7 +28,8 @@ executor keeps no timer of its own unless told to), and a model so demoted is no
 ``cooldown_s``. And the price of memory, where one is set: a copy is released one tier down when
 the chance per second of a request (the forecast's hazard) × what it saves is worth less than
 ``memory_price`` × GB per second held, so that the cheap models are held and the expensive ones
-released (the default price is 0: memory in prewarm's budget is paid for either way). An option,
+released — unless holding it until a later rise in its forecast pays and no prefetch could bring it
+back for that rise (the default price is 0: memory in prewarm's budget is paid for either way). An option,
 ``contended_memory_price``, prices host memory only where the room is wanted: on a node whose executor
 has been giving host copies up to loads on request.
 

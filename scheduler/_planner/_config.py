@@ -60,8 +60,9 @@ class PlannerConfig:
     It prices holding and prefetching alike, so that a 2 GB model is kept warm far longer than a 140 GB
     one for the same GB-minutes: a resident is released (one tier down) when the chance per second of
     a request, times what the copy saves that request, is worth less than the price of the GB it
-    holds for that second; a prefetch must pay for the GB-minutes from its load to the end of its
-    window. At 0.05, for instance, a 140 GB copy stays in GPU memory (host memory 3.3 s away, 8.3 s
+    holds for that second, and holding it until a later rise in its forecast would not pay or a
+    prefetch could bring it back for that rise; a prefetch must pay for the GB-minutes from its load
+    to the end of its window. At 0.05, for instance, a 140 GB copy stays in GPU memory (host memory 3.3 s away, 8.3 s
     with the cold start) only while a request in the next minute has P > 0.57, a 2 GB one while
     P > 0.02.
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
+import numpy as np
+
 from forecaster import ModelForecast
 from models import ModelSpec
 from prewarm import CACHE_TIERS, Order, OrderAction, OrderReason, Tier
@@ -194,11 +196,14 @@ def _release_priced(rnd: _Round, nodes: Collection[str] | None = None) -> None:
     per second against ``memory_price / 60 × GB``. For a memoryless model that is the whole question:
     hold the cheap ones, release the expensive ones — and under ``objective="models"`` (``saved``
     divided by how often the model is used) a Poisson model's use cancels out, so what decides is its
-    size alone. A prefetch still within its misprediction window is the misprediction rule's; pinned,
-    recently used or loaded, and this round's copies are never released; a model with no forecast is
-    left alone (no signal, no decision). ``nodes``: these only (an incremental round, which applies
-    ``memory_price`` only: the contended price is judged on the planning interval, by full rounds).
-    The price per tier and node is ``_price_per_gb_s``.
+    size alone. Where the chance rises later in the forecast, a copy worth holding until then
+    (``_worth_holding``) is kept through the lull unless a prefetch could bring it back in time
+    (``_refetchable``): a copy given up comes back only by a prefetch, and a rise spread over hours
+    never makes one window likely enough for one. A prefetch still within its misprediction window is
+    the misprediction rule's; pinned, recently used or loaded, and this round's copies are never
+    released; a model with no forecast is left alone (no signal, no decision). ``nodes``: these only
+    (an incremental round, which applies ``memory_price`` only: the contended price is judged on the
+    planning interval, by full rounds). The price per tier and node is ``_price_per_gb_s``.
     """
     config = rnd.config
     if config.memory_price <= 0 and (config.contended_memory_price <= 0 or nodes is not None):
@@ -228,10 +233,13 @@ def _release_priced(rnd: _Round, nodes: Collection[str] | None = None) -> None:
                     if w.reason is not OrderReason.FORECAST and w.t0 <= now + step
                 ]
                 hazard = max([_hazard(forecast, now, step), *signalled])
-                fallback = _fallback(book, entry.model, tier)
-                worth = hazard * rnd.valuer.saved(spec, book.node, fallback, tier)
-                if worth < cost_per_gb_s * entry.bytes / 1e9:
-                    _demote_one_tier(rnd, name, book, spec, tier, OrderReason.CAPACITY, key_time=now)
+                saved = rnd.valuer.saved(spec, book.node, _fallback(book, entry.model, tier), tier)
+                cost = cost_per_gb_s * entry.bytes / 1e9
+                if hazard * saved >= cost:
+                    continue
+                if _worth_holding(forecast, now, saved, cost) and not _refetchable(rnd, spec, forecast, now):
+                    continue
+                _demote_one_tier(rnd, name, book, spec, tier, OrderReason.CAPACITY, key_time=now)
 
 
 def _price_per_gb_s(config: PlannerConfig, node: NodeState, tier: Tier) -> float:
@@ -259,6 +267,45 @@ def _hazard(forecast: ModelForecast, now: float, step: float) -> float:
     covered_end = forecast.start + math.ceil((now + step - forecast.start) / b) * b
     span = max(covered_end - now, step)
     return _rate(forecast.p_window(now, now + step), span)
+
+
+def _worth_holding(forecast: ModelForecast, now: float, saved: float, cost_per_s: float) -> bool:
+    """Whether holding a copy until its next request, or until some time in the forecast if none comes
+    by then, is worth what it costs for some such time: ``saved`` if the request comes, against
+    ``cost_per_s`` for each second held waiting for it, read bucket by bucket from ``now`` with the
+    chance of no request so far. For a memoryless model every such time gives the answer of the
+    hazard now; a model whose chance dips after a request and rises hours later (a job that runs every
+    few hours, its period drifting; a session's next visit) is worth holding through the dip."""
+    b = forecast.bucket_s
+    i0 = max(0, math.floor((now - forecast.start) / b))
+    log_miss = forecast.log_miss
+    if i0 >= len(log_miss) - 1:
+        return False
+    survive = np.exp(log_miss[i0:] - log_miss[i0])  # P(no request before each bucket), and after the last
+    held = np.full(len(survive) - 1, float(b))
+    held[0] = max(forecast.start + (i0 + 1) * b - now, 1.0)
+    value = saved * -np.expm1(log_miss[i0 + 1 :] - log_miss[i0]) - cost_per_s * np.cumsum(held * survive[:-1])
+    return bool(value.max() > 0.0)
+
+
+def _refetchable(rnd: _Round, spec: ModelSpec, forecast: ModelForecast, now: float) -> bool:
+    """Whether a window of the forecast ahead is likely enough for a prefetch to bring ``spec`` back in
+    time: ``P × weight > (1 - P) × miss_penalty × min(weight, 1)``, the planner's speculation test less
+    the transfer (a lower bar than the test itself, so a copy is held through a lull only where no
+    prefetch could end it)."""
+    config = rnd.config
+    weight = rnd.valuer.weight(spec)
+    charge = config.miss_penalty * min(weight, 1.0)
+    if weight + charge <= 0:
+        return False
+    b = forecast.bucket_s
+    i0 = max(0, math.floor((now - forecast.start) / b))
+    width = max(1, math.ceil(config.window_s / b))
+    log_miss = forecast.log_miss
+    if i0 + width >= len(log_miss):
+        return False
+    p = -np.expm1(log_miss[i0 + width :] - log_miss[i0 : len(log_miss) - width])
+    return bool((p > charge / (weight + charge)).any())
 
 
 def _fallback(book: _Book, model: str, tier: Tier) -> Tier:

@@ -252,6 +252,33 @@ def test_per_model_objective_weighs_a_memoryless_model_by_its_size_not_its_use()
     )
 
 
+def _rising(model: str, lull: float, rise: float, *, lull_minutes: int) -> ModelForecast:
+    """A forecast whose chance per minute is ``lull`` for ``lull_minutes``, then ``rise`` to its end."""
+    p = np.concatenate([np.full(lull_minutes, lull), np.full(120 - lull_minutes, rise)])
+    return ModelForecast(model=model, start=NOW, bucket_s=60, expected=p, p_any=p, family="test")
+
+
+def test_priced_memory_holds_a_copy_through_a_lull_that_no_prefetch_could_bridge() -> None:
+    # Each 20 GB, each released by the chance of the next minute alone. "spread": a request likely over
+    # the last 90 minutes, never in one window likely enough for a prefetch (10 minutes: P ~ 0.18), so
+    # released it would stay cold; held until then it pays. "sharp": its rise is one window a prefetch
+    # would act on (P ~ 0.97), so it is released now and brought back then. "flat": memoryless, as before.
+    forecasts = {
+        "spread": _rising("spread", 0.002, 0.02, lull_minutes=30),
+        "sharp": _rising("sharp", 0.002, 0.3, lull_minutes=60),
+        "flat": flat_forecast("flat", 0.002),
+    }
+    sizes = dict.fromkeys(forecasts, 20 * GB)
+    assert _unlimited_release(forecasts, sizes, PlannerConfig(memory_price=0.01)) == {"sharp", "flat"}
+
+
+def test_a_lull_is_held_through_only_while_holding_until_the_rise_pays_for_the_memory() -> None:
+    forecasts = {"spread": _rising("spread", 0.002, 0.02, lull_minutes=30)}
+    sizes = {"spread": 20 * GB}
+    assert _unlimited_release(forecasts, sizes, PlannerConfig(memory_price=0.01)) == set()
+    assert _unlimited_release(forecasts, sizes, PlannerConfig(memory_price=0.1)) == {"spread"}
+
+
 def test_an_unknown_objective_is_refused() -> None:
     with pytest.raises(ValueError, match="objective"):
         PlannerConfig(objective="revenue")
