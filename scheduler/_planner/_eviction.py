@@ -275,10 +275,8 @@ def _worth_holding(forecast: ModelForecast, now: float, saved: float, cost_per_s
     ``cost_per_s`` for each second held waiting for it, read bucket by bucket from ``now`` with the
     chance of no request so far. For a memoryless model every such time gives the answer of the
     hazard now; a model whose chance dips after a request and rises hours later (a job that runs every
-    few hours, its period drifting; a session's next visit) is worth holding through the dip."""
-    b = forecast.bucket_s
-    i0 = max(0, math.floor((now - forecast.start) / b))
-    log_miss = forecast.log_miss
+    few hours, its period drifting) is worth holding through the dip."""
+    b, i0, log_miss = forecast.bucket_s, _bucket_at(forecast, now), forecast.log_miss
     if i0 >= len(log_miss) - 1:
         return False
     survive = np.exp(log_miss[i0:] - log_miss[i0])  # P(no request before each bucket), and after the last
@@ -286,6 +284,11 @@ def _worth_holding(forecast: ModelForecast, now: float, saved: float, cost_per_s
     held[0] = max(forecast.start + (i0 + 1) * b - now, 1.0)
     value = saved * -np.expm1(log_miss[i0 + 1 :] - log_miss[i0]) - cost_per_s * np.cumsum(held * survive[:-1])
     return bool(value.max() > 0.0)
+
+
+def _bucket_at(forecast: ModelForecast, now: float) -> int:
+    """The forecast's bucket that holds ``now`` (0 before its start)."""
+    return max(0, math.floor((now - forecast.start) / forecast.bucket_s))
 
 
 def _refetchable(rnd: _Round, spec: ModelSpec, forecast: ModelForecast, now: float) -> bool:
@@ -298,10 +301,8 @@ def _refetchable(rnd: _Round, spec: ModelSpec, forecast: ModelForecast, now: flo
     charge = config.miss_penalty * min(weight, 1.0)
     if weight + charge <= 0:
         return False
-    b = forecast.bucket_s
-    i0 = max(0, math.floor((now - forecast.start) / b))
-    width = max(1, math.ceil(config.window_s / b))
-    log_miss = forecast.log_miss
+    i0, log_miss = _bucket_at(forecast, now), forecast.log_miss
+    width = max(1, math.ceil(config.window_s / forecast.bucket_s))
     if i0 + width >= len(log_miss):
         return False
     p = -np.expm1(log_miss[i0 + width :] - log_miss[i0 : len(log_miss) - width])
