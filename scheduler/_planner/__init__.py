@@ -29,9 +29,9 @@ executor keeps no timer of its own unless told to), and a model so demoted is no
 the chance per second of a request (the forecast's hazard) × what it saves is worth less than
 ``memory_price`` × GB per second held, so that the cheap models are held and the expensive ones
 released — unless holding it until a later rise in its forecast pays and no prefetch could bring it
-back for that rise (the default price is 0: memory in prewarm's budget is paid for either way). An option,
-``contended_memory_price``, prices host memory only where the room is wanted: on a node whose executor
-has been giving host copies up to loads on request.
+back for that rise (the default price is 0: memory in prewarm's budget is paid for either way). An
+option, ``contended_memory_price``, prices host memory only where the room is wanted: on a node whose
+executor has been giving host copies up to loads on request.
 
 The priority weight is the model's, times, under ``objective="models"``, ``reference_daily_requests``
 over the model's daily use: every model's cold-start rate then counts the same (the serverless

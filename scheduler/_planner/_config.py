@@ -62,9 +62,9 @@ class PlannerConfig:
     a request, times what the copy saves that request, is worth less than the price of the GB it
     holds for that second, and holding it until a later rise in its forecast would not pay or a
     prefetch could bring it back for that rise; a prefetch must pay for the GB-minutes from its load
-    to the end of its window. At 0.05, for instance, a 140 GB copy stays in GPU memory (host memory 3.3 s away, 8.3 s
-    with the cold start) only while a request in the next minute has P > 0.57, a 2 GB one while
-    P > 0.02.
+    to the end of its window. At 0.05, for instance, a 140 GB copy stays in GPU memory (host memory
+    3.3 s away, 8.3 s with the cold start) only while a request in the next minute has P > 0.57, a
+    2 GB one while P > 0.02 (where its forecast is flat).
 
     The default, 0, is what memory costs on a live platform inside the budget given to prewarm: that
     memory is paid for whether it holds a model or not, so nothing is released while nothing wants the
