@@ -292,20 +292,23 @@ def _bucket_at(forecast: ModelForecast, now: float) -> int:
 
 
 def _refetchable(rnd: _Round, spec: ModelSpec, forecast: ModelForecast, now: float) -> bool:
-    """Whether a window of the forecast ahead is likely enough for a prefetch to bring ``spec`` back in
-    time: ``P × weight > (1 - P) × miss_penalty × min(weight, 1)``, the planner's speculation test less
-    the transfer (a lower bar than the test itself, so a copy is held through a lull only where no
-    prefetch could end it)."""
+    """Whether a window starting within the planner's horizon (``horizon_s``, where it looks for windows
+    to prefetch for) is likely enough for a prefetch to bring ``spec`` back in time: ``P × weight >
+    (1 - P) × miss_penalty × min(weight, 1)``, the planner's speculation test less the transfer (a lower
+    bar than the test itself, so a copy is held through a lull only where no prefetch could end it). A
+    rise beyond the horizon does not count: no prefetch is planned for it, and none may be once it is in
+    reach (on the suite's tune cases counting it released copies that came back cold)."""
     config = rnd.config
     weight = rnd.valuer.weight(spec)
     charge = config.miss_penalty * min(weight, 1.0)
     if weight + charge <= 0:
         return False
-    i0, log_miss = _bucket_at(forecast, now), forecast.log_miss
-    width = max(1, math.ceil(config.window_s / forecast.bucket_s))
-    if i0 + width >= len(log_miss):
+    b, i0, log_miss = forecast.bucket_s, _bucket_at(forecast, now), forecast.log_miss
+    width = max(1, math.ceil(config.window_s / b))
+    last = min(len(log_miss) - 1 - width, i0 + math.floor(config.horizon_s / b))  # as the planner scans
+    if last < i0:
         return False
-    p = -np.expm1(log_miss[i0 + width :] - log_miss[i0 : len(log_miss) - width])
+    p = -np.expm1(log_miss[i0 + width : last + width + 1] - log_miss[i0 : last + 1])
     return bool((p > charge / (weight + charge)).any())
 
 

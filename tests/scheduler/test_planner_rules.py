@@ -262,10 +262,13 @@ def test_priced_memory_holds_a_copy_through_a_lull_that_no_prefetch_could_bridge
     # Each 20 GB, each released by the chance of the next minute alone. "spread": a request likely over
     # the last 90 minutes, never in one window likely enough for a prefetch (10 minutes: P ~ 0.18), so
     # released it would stay cold; held until then it pays. "sharp": its rise is one window a prefetch
-    # would act on (P ~ 0.97), so it is released now and brought back then. "flat": memoryless, as before.
+    # would act on (P ~ 0.97), so it is released now and brought back then. "late": the same rise past
+    # the hour the planner looks ahead for prefetches, so none is planned for it: held. "flat":
+    # memoryless, as before.
     forecasts = {
         "spread": _rising("spread", 0.002, 0.02, lull_minutes=30),
         "sharp": _rising("sharp", 0.002, 0.3, lull_minutes=60),
+        "late": _rising("late", 0.002, 0.3, lull_minutes=80),
         "flat": flat_forecast("flat", 0.002),
     }
     sizes = dict.fromkeys(forecasts, 20 * GB)
