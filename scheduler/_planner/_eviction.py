@@ -279,10 +279,10 @@ def _worth_holding(forecast: ModelForecast, now: float, saved: float, cost_per_s
     b, i0, log_miss = forecast.bucket_s, _bucket_at(forecast, now), forecast.log_miss
     if i0 >= len(log_miss) - 1:
         return False
-    survive = np.exp(log_miss[i0:] - log_miss[i0])  # P(no request before each bucket), and after the last
-    held = np.full(len(survive) - 1, float(b))
+    log_none = log_miss[i0:] - log_miss[i0]  # log P(no request before each bucket), and after the last
+    held = np.full(len(log_none) - 1, float(b))
     held[0] = max(forecast.start + (i0 + 1) * b - now, 1.0)
-    value = saved * -np.expm1(log_miss[i0 + 1 :] - log_miss[i0]) - cost_per_s * np.cumsum(held * survive[:-1])
+    value = saved * -np.expm1(log_none[1:]) - cost_per_s * np.cumsum(held * np.exp(log_none[:-1]))
     return bool(value.max() > 0.0)
 
 
