@@ -377,7 +377,16 @@ def bench_policy(
     cases: list[str] | None = typer.Option(None, "--case", help="Suite case (repeatable; default: all)."),
     role: str = typer.Option("all", "--role", help="tune, judge or all: which cases of the suite."),
     where: list[str] | None = typer.Option(
-        None, "--setting", help="unlimited, tight or roomy (repeatable; default: all three)."
+        None,
+        "--setting",
+        help="unlimited, tight or roomy (repeatable; default: all three, or none with --cluster).",
+    ),
+    cluster_files: list[Path] | None = typer.Option(
+        None,
+        "--cluster",
+        exists=True,
+        dir_okay=False,
+        help="Also run every case on this cluster file, judged as tight is (repeatable; named by its stem).",
     ),
     policies: list[str] | None = typer.Option(None, "--policy", help="Policy label (repeatable)."),
     out: Path | None = typer.Option(None, "--json", help="Write every run and target as JSON here."),
@@ -385,7 +394,9 @@ def bench_policy(
         0, "--draw", help="Build every case from another seed (0: the suite): traffic no knob was chosen on."
     ),
 ) -> None:
-    """Every policy on every case of the trace suite, unlimited / tight / roomy, and prewarm's targets."""
+    """Every policy on every case of the trace suite, unlimited / tight / roomy or on a cluster file, and
+    prewarm's targets."""
+    from scheduler import Cluster
     from sim import DEFAULT_POLICIES, SETTINGS, SUITE_CASES, run_policy_bench, suite
 
     if role not in ("tune", "judge", "all"):
@@ -395,13 +406,19 @@ def bench_policy(
         fail(f"unknown case or setting {unknown}: cases are {', '.join(SUITE_CASES)}")
     if draw < 0:
         fail(f"--draw is 0 (the suite) or a positive number, not {draw}")
+    clusters: dict[str, Cluster] = {}
+    for path in cluster_files or ():
+        if path.stem in SETTINGS or path.stem in clusters:
+            fail(f"--cluster {path}: its name {path.stem!r} is taken; rename the file")
+        clusters[path.stem] = Cluster.load(path)
     chosen = [c for c in suite(cases or None, draw=draw) if role in ("all", c.role)]
     quiet = out is not None and str(out) == "-"
     bench = run_policy_bench(
         chosen,
         settings_of(ctx),
         labels=policies or DEFAULT_POLICIES,
-        where=where or SETTINGS,
+        where=[*(where or ([] if clusters else SETTINGS)), *clusters],
+        clusters=clusters,
         progress=None if quiet else (lambda line: typer.echo(line, err=True)),
     )
     typer.echo(bench.table(), err=quiet)

@@ -9,6 +9,8 @@ Settings:
 - ``tight`` — far more weights than GPU memory. Target: share of requests waiting > 5 s ≤ 0.5 × the best
   non-oracle baseline's, at L0+L1 idle GB-minutes ≤ that baseline's, and ≤ 1.5 × the oracle's share.
 - ``roomy`` — everything fits in GPU memory. Target: never more cold starts than ``reactive``.
+- a cluster of the caller's (``clusters``, named by the caller; ``prewarm bench policy --cluster FILE``)
+  — judged by the tight cluster's targets: the suite's traffic on a shape the suite does not have.
 
 A ratio whose baseline is 0 is met only when prewarm is 0 too. One forecaster fit per case serves all
 three settings. Cases carry a role (``tune`` / ``judge``): the summary reports the two sets apart, since
@@ -21,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler import Cluster
 from sim._bound import poisson_idle_bound
 from sim._metrics import SimMetrics
 from sim._policies import DEFAULT_POLICIES
@@ -92,15 +95,22 @@ def _l01(m: SimMetrics) -> float:
 
 
 def judge(
-    case: Case, setting: str, results: Mapping[str, SimMetrics], policy: str = "prewarm"
+    case: Case,
+    setting: str,
+    results: Mapping[str, SimMetrics],
+    policy: str = "prewarm",
+    *,
+    kind: str | None = None,
 ) -> list[Target]:
-    """The issue's targets for ``policy`` against the baselines of ``results`` in ``setting``."""
+    """The issue's targets for ``policy`` against the baselines of ``results`` in ``setting``, judged as
+    the setting of ``SETTINGS`` that ``kind`` names (default: ``setting`` itself)."""
     p = results[policy]
+    kind = setting if kind is None else kind
 
     def target(name: str, value: float, bound: float) -> Target:
         return Target(case.name, case.role, setting, name, value, bound, _le(value, bound))
 
-    if setting == "unlimited":
+    if kind == "unlimited":
         hist, keep = results["histogram"], results["keepalive:600"]
         return [
             target(
@@ -110,7 +120,7 @@ def judge(
                 "idle L0 ≤ 0.5 × keepalive:600", p.idle_gb_minutes["L0"], 0.5 * keep.idle_gb_minutes["L0"]
             ),
         ]
-    if setting == "tight":
+    if kind == "tight":
         best = min(BASELINES, key=lambda b: (results[b].share_wait_over_5s, _l01(results[b])))
         base, oracle = results[best], results["oracle"]
         return [
@@ -195,14 +205,21 @@ def run_policy_bench(
     *,
     labels: Sequence[str] = DEFAULT_POLICIES,
     where: Sequence[str] = SETTINGS,
+    clusters: Mapping[str, Cluster] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> PolicyBench:
     """Fit the forecaster once per case on its training days, then run ``labels`` in each setting of
-    ``where`` and judge prewarm there (when ``labels`` holds what the targets compare)."""
+    ``where`` and judge prewarm there (when ``labels`` holds what the targets compare). A setting of
+    ``where`` not in ``SETTINGS`` is one of ``clusters``, each case run on that cluster and judged as
+    ``tight`` is."""
     import time
 
     from scheduler import PlannerConfig
 
+    clusters = clusters or {}
+    unknown = [s for s in where if s not in SETTINGS and s not in clusters]
+    if unknown:
+        raise ValueError(f"unknown settings {unknown}: {', '.join(SETTINGS)} or a cluster given by name")
     bench = PolicyBench()
     planner = PlannerConfig.from_settings(settings.scheduler)
     comparable = {"prewarm", "oracle", *BASELINES} <= set(labels)
@@ -213,10 +230,11 @@ def run_policy_bench(
         for setting in where:
             if progress is not None:
                 progress(f"{case.name} ({case.role}): {setting}")
+            cluster = clusters[setting] if setting in clusters else case.clusters.get(setting)
             results = run_policies(
                 case.events,
                 case.catalog,
-                None if setting == "unlimited" else case.clusters[setting],
+                cluster,
                 labels,
                 start=case.cut,
                 end=case.end,
@@ -227,7 +245,8 @@ def run_policy_bench(
             )
             bench.runs.setdefault(case.name, {})[setting] = results
             if comparable:
-                bench.targets.extend(judge(case, setting, results))
+                kind = "tight" if setting in clusters else setting
+                bench.targets.extend(judge(case, setting, results, kind=kind))
                 bound = unlimited_bound(case, results) if setting == "unlimited" else None
                 if bound is not None:
                     bench.bounds.append(bound)

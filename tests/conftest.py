@@ -18,6 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # Public trace samples committed with the repository (their source and licence: data/README.md).
 AZURE_SAMPLES = REPO / "data" / "azure-format-samples"
+CLUSTER_SHAPES = REPO / "data" / "clusters"
 
 
 def _stack_env() -> dict[str, str]:

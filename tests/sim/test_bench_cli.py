@@ -57,3 +57,41 @@ def test_bench_policy_refuses_a_negative_draw_before_building_any_case() -> None
     result = CliRunner().invoke(app, ["bench", "policy", "--draw", "-1"])
     assert result.exit_code == 2, result.output
     assert "--draw is 0 (the suite) or a positive number, not -1" in result.output
+
+
+def test_bench_policy_refuses_a_cluster_file_named_like_a_setting_of_the_suite(tmp_path: Path) -> None:
+    cluster = tmp_path / "tight.yaml"
+    cluster.write_text(
+        "nodes:\n- {name: n0, gpus: [{memory_bytes: 80GB}], host_cache_bytes: 64GB, disk_cache_bytes: 1TB}\n"
+    )
+    result = CliRunner().invoke(app, ["bench", "policy", "--cluster", str(cluster)])
+    assert result.exit_code == 2, result.output
+    assert "its name 'tight' is taken" in result.output
+
+
+def test_bench_policy_runs_the_suite_on_a_cluster_file_and_judges_it_as_tight(tmp_path: Path) -> None:
+    cluster = tmp_path / "wide.yaml"
+    cluster.write_text(
+        "nodes:\n"
+        + "".join(
+            f"- {{name: n{k}, gpus: [{{memory_bytes: 80GB}}, {{memory_bytes: 80GB}}], "
+            "host_cache_bytes: 128GB, disk_cache_bytes: 2TB}\n"
+            for k in range(3)
+        )
+    )
+    out = tmp_path / "bench.json"
+    args = ["bench", "policy", "--case", "azure_samples", "--cluster", str(cluster), "--json", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert list(report["runs"]["azure_samples"]) == ["wide"]
+    assert set(report["runs"]["azure_samples"]["wide"]) == {
+        "reactive",
+        "keepalive:600",
+        "histogram",
+        "oracle",
+        "prewarm",
+    }
+    targets = report["targets"]
+    assert {t["setting"] for t in targets} == {"wide"}
+    assert [t["name"].split(" ")[0] for t in targets] == [">5", "idle", ">5", "mispredictions"]

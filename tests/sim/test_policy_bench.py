@@ -6,10 +6,12 @@ import dataclasses
 
 import pytest
 
-from prewarm import ResidentModel
-from sim import SimMetrics, judge, suite
+from prewarm import ResidentModel, gpu_shards, load_settings
+from scheduler import Cluster
+from sim import SimMetrics, judge, run_policy_bench, suite
 from sim._bench import unlimited_bound
 from sim._policies import build
+from tests.conftest import CLUSTER_SHAPES
 
 BASE = SimMetrics(
     policy="x",
@@ -89,6 +91,35 @@ def test_tight_targets_take_the_best_baseline_by_its_share_waiting_over_five_sec
     assert oracle.met
     assert oracle.bound == pytest.approx(0.06)
     assert mispredicted.met
+
+
+def test_a_cluster_of_the_callers_is_judged_by_the_tight_targets_under_its_own_name(case) -> None:  # type: ignore[no-untyped-def]
+    results = {
+        "reactive": _with(share_wait_over_5s=0.2),
+        "keepalive:600": _with(share_wait_over_5s=0.3),
+        "histogram": _with(share_wait_over_5s=0.4),
+        "oracle": _with(share_wait_over_5s=0.05),
+        "prewarm": _with(share_wait_over_5s=0.08),
+    }
+    targets = judge(case, "nohost", results, kind="tight")
+    assert [t.setting for t in targets] == ["nohost"] * 4
+    assert [t.name for t in targets] == [t.name for t in judge(case, "tight", results)]
+    assert targets[0].bound == pytest.approx(0.1)
+    assert targets[0].met
+
+
+def test_every_shipped_cluster_shape_loads_and_can_hold_every_model_of_the_suite() -> None:
+    shapes = sorted(CLUSTER_SHAPES.glob("*.yaml"))
+    assert [p.stem for p in shapes] == ["dgx", "mixed", "nohost", "thin"]
+    largest = max(spec.size_bytes for c in suite() for spec in c.catalog)
+    for path in shapes:
+        cluster = Cluster.load(path)
+        assert all(gpu_shards(largest, [g.memory_bytes for g in node.gpus]) for node in cluster.nodes), path
+
+
+def test_a_setting_that_is_neither_the_suites_nor_a_given_cluster_is_refused_before_any_run(case) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="unknown settings"):
+        run_policy_bench([case], load_settings(), where=["tight", "nohost"])
 
 
 def test_a_baseline_of_zero_is_met_only_by_zero(case) -> None:  # type: ignore[no-untyped-def]
