@@ -230,7 +230,7 @@ def run_policy_bench(
         for setting in where:
             if progress is not None:
                 progress(f"{case.name} ({case.role}): {setting}")
-            cluster = clusters[setting] if setting in clusters else case.clusters.get(setting)
+            cluster = clusters.get(setting) or (None if setting == "unlimited" else case.clusters[setting])
             results = run_policies(
                 case.events,
                 case.catalog,

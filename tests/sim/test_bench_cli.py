@@ -45,18 +45,24 @@ def test_bench_sim_writes_the_comparison_as_json(tmp_path: Path) -> None:
     assert data["reports"]["reactive"]["requests"] == data["reports"]["prewarm"]["requests"]
 
 
+def _refused(args: list[str], message: str) -> None:
+    """The command exits with a usage error (2) that says ``message``."""
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
 def test_sim_run_rejects_an_unknown_trace_format(tmp_path: Path) -> None:
     trace = tmp_path / "trace.csv"
     trace.write_text("timestamp,model\n1704067200,m0\n")
-    result = CliRunner().invoke(app, ["sim", "run", "--trace", str(trace), "--format", "parquet"])
-    assert result.exit_code == 2, result.output
-    assert "expected one of requests, azure2019, azure2021" in result.output
+    _refused(
+        ["sim", "run", "--trace", str(trace), "--format", "parquet"],
+        "expected one of requests, azure2019, azure2021",
+    )
 
 
 def test_bench_policy_refuses_a_negative_draw_before_building_any_case() -> None:
-    result = CliRunner().invoke(app, ["bench", "policy", "--draw", "-1"])
-    assert result.exit_code == 2, result.output
-    assert "--draw is 0 (the suite) or a positive number, not -1" in result.output
+    _refused(["bench", "policy", "--draw", "-1"], "--draw is 0 (the suite) or a positive number, not -1")
 
 
 def test_bench_policy_refuses_a_cluster_file_named_like_a_setting_of_the_suite(tmp_path: Path) -> None:
@@ -64,9 +70,7 @@ def test_bench_policy_refuses_a_cluster_file_named_like_a_setting_of_the_suite(t
     cluster.write_text(
         "nodes:\n- {name: n0, gpus: [{memory_bytes: 80GB}], host_cache_bytes: 64GB, disk_cache_bytes: 1TB}\n"
     )
-    result = CliRunner().invoke(app, ["bench", "policy", "--cluster", str(cluster)])
-    assert result.exit_code == 2, result.output
-    assert "its name 'tight' is taken" in result.output
+    _refused(["bench", "policy", "--cluster", str(cluster)], "its name 'tight' is taken")
 
 
 def test_bench_policy_runs_the_suite_on_a_cluster_file_and_judges_it_as_tight(tmp_path: Path) -> None:
