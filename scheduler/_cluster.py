@@ -144,6 +144,10 @@ class NodeState:
     demand_busy: Mapping[str, float] = field(default_factory=dict)
     """Per hop, the share of recent time it carried a load a request waited on, as the node reports it
     (``ExecutorState.link_demand_busy``); a hop it does not name reads as idle."""
+    turns: Mapping[str, int] = field(default_factory=dict)
+    """Per model, how many GPU copies in use of models too large for this node's host memory its loads
+    onto this node's GPUs displaced lately, the model's host copy there having sent those loads here
+    (``Departures.turns``): models taking turns."""
 
     def residents(self, tier: Tier) -> tuple[ResidentModel, ...]:
         return self.resident.get(tier, ())
@@ -284,9 +288,15 @@ class Departures:
     while the GPU a small model idled on had not given a copy up for an hour).
     """
 
-    def __init__(self, *, keep: int = 16, horizon_s: float = 3600.0) -> None:
+    def __init__(
+        self, *, keep: int = 16, horizon_s: float = 3600.0, warm_s: float = 60.0, turns_s: float = 600.0
+    ) -> None:
         self._keep = keep
         self._horizon_s = horizon_s
+        self._warm_s = warm_s
+        self._turns_s = turns_s
+        # node -> (left at, the model whose load displaced a GPU copy in use) of each such turn
+        self._turns: dict[str, list[tuple[float, str]]] = {}
         # node -> (tier, width) -> (left at, age)
         self._ages: dict[str, dict[tuple[Tier, int], list[tuple[float, float]]]] = {}
         # node -> model -> (not before, deadline) of each demotion or eviction not over yet
@@ -308,6 +318,7 @@ class Departures:
                 del orders[model]
         left_at = (before.at + after.at) / 2
         kept = self._ages.setdefault(after.node, {})
+        self._note_turns(before, after, orders, left_at)
         for state in before.tiers:
             if state.tier not in (Tier.L0, Tier.L1):
                 continue
@@ -322,6 +333,49 @@ class Departures:
                 ages = kept.setdefault((state.tier, copy_width(state.tier, len(r.gpus))), [])
                 ages.append((left_at, max(left_at - since, 0.0)))
                 del ages[: max(len(ages) - self._keep, 0)]
+
+    def _note_turns(
+        self,
+        before: ExecutorState,
+        after: ExecutorState,
+        orders: Mapping[str, list[tuple[float, float]]],
+        left_at: float,
+    ) -> None:
+        """Note each GPU copy in use (last used within ``warm_s``) of a model too large for this node's
+        host memory that the LRU gave up for a model newly on the same GPUs whose host copy is here: the
+        load went here because of that host copy (a load goes where its model is staged in host memory),
+        and each such turn costs the other model a reload from disk.
+
+        A displaced model that host memory can hold reloads from there once its copy has formed: its
+        turns are quick, and the host copy that sent the newcomer here saves it a load from disk at each
+        of them (demoting such copies raised the suite's long waits: docs/benchmarks.md)."""
+        gone, now = before.tier(Tier.L0), after.tier(Tier.L0)
+        if gone is None or now is None:
+            return
+        earlier = {r.model for r in gone.resident}
+        host = after.tier(Tier.L1)
+        staged = {r.model for r in host.resident} if host is not None else set()
+        newcomers = [r for r in now.resident if r.model not in earlier and r.model in staged]
+        turns = self._turns.setdefault(after.node, [])
+        still = {r.model for r in now.resident}
+        for r in gone.resident if newcomers else ():
+            if r.model in still or host is None or r.bytes <= host.capacity_bytes:
+                continue  # not displaced, or a quick turn
+            if r.last_used is None or left_at - r.last_used > self._warm_s:
+                continue  # not in use
+            if any(not_before <= after.at for not_before, _ in orders.get(r.model, ())):
+                continue  # ordered away
+            turns.extend((left_at, n.model) for n in newcomers if set(n.gpus) & set(r.gpus) or not r.gpus)
+        # A model no longer staged here has no host copy left to send its loads here: its turns are over.
+        turns[:] = [(at, m) for at, m in turns if after.at - at <= self._turns_s and m in staged]
+
+    def turns(self, node: str, now: float) -> dict[str, int]:
+        """Per model, the turns noted on ``node`` within ``turns_s`` of ``now`` (``NodeState.turns``)."""
+        counts: dict[str, int] = {}
+        for at, model in self._turns.get(node, ()):
+            if now - at <= self._turns_s:
+                counts[model] = counts.get(model, 0) + 1
+        return counts
 
     def of(self, node: str, now: float) -> dict[tuple[Tier, int], tuple[float, ...]]:
         """The ages kept for ``node``, per tier and width, those within ``horizon_s`` of ``now``."""

@@ -245,7 +245,10 @@ class SchedulerCore:
                         self._trusted_anew(self._trust.used(r.model, r.last_used))
         node = ClusterState.merge(self.cluster, {report.node: report}).nodes[report.node]
         unused_for = self._departures.of(report.node, report.at)
-        self._nodes[report.node] = dataclasses.replace(node, unused_for=unused_for) if unused_for else node
+        turns = self._departures.turns(report.node, report.at)
+        self._nodes[report.node] = (
+            dataclasses.replace(node, unused_for=unused_for, turns=turns) if unused_for or turns else node
+        )
         return True
 
     def _trusted_anew(self, sources: set[str]) -> None:

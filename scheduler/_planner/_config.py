@@ -120,6 +120,11 @@ class PlannerConfig:
     """Decisions whose reason falls in the same bucket share an order id."""
     arrival_quantile: float = 0.1
     """A forecast model must be in place when this share of its window's probability has passed."""
+    turns_to_break: int = 3
+    """A model whose loads, sent to a node by its host copy there, displaced GPU copies in use of models
+    too large for that node's host memory this many times within ten minutes (``NodeState.turns``) has
+    that host copy demoted to disk with its GPU copy, so that its next load goes where the LRU gives up
+    the oldest copies; 0: never."""
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:

@@ -242,6 +242,34 @@ def _release_priced(rnd: _Round, nodes: Collection[str] | None = None) -> None:
                 _demote_one_tier(rnd, name, book, spec, tier, OrderReason.CAPACITY, key_time=now)
 
 
+def _break_turns(rnd: _Round) -> None:
+    """End models' turns on a node's GPUs: demote to disk the host copy that sends a model's loads to a
+    node where they keep displacing GPU copies in use of models too large for its host memory
+    (``PlannerConfig.turns_to_break``, ``Departures``).
+
+    A load goes to a node holding its model in host memory, whatever it displaces there. A model whose
+    host copy sits on the node where a busy model too large for the host cache fills the GPUs displaces
+    it at each of its requests, and the busy model's reload from disk displaces the first, both cold each
+    turn, for as long as the host copy stays (on a cluster of 64 GB host caches, for hours:
+    docs/benchmarks.md, the thirty-third and thirty-fourth stops). Load-on-request rarely starts such
+    turns, since its loads go where the oldest copies are; a prefetch stages a model where the planner
+    chose. Demoted, the model's next load goes where the LRU gives up the oldest copies, and its host
+    copy forms there. Turns that displace a model host memory can hold are not counted: they are quick,
+    and the host copy saves the newcomer a load from disk at each of them (on the suite's tight
+    clusters, demoting such host copies raised the share of requests waiting > 5 s 1.30 ×)."""
+    least = rnd.config.turns_to_break
+    if least <= 0:
+        return
+    for name in sorted(rnd.books):
+        for model, count in sorted(rnd.books[name].node.turns.items()):
+            book = rnd.books[name]  # a demotion below replaces the book
+            spec = rnd.catalog.get(model)
+            if count < least or spec is None or model in rnd.moved or model not in book.held[Tier.L1]:
+                continue
+            _demote_one_tier(rnd, name, book, spec, Tier.L1, OrderReason.CAPACITY, key_time=rnd.now)
+            rnd.moved.add(model)
+
+
 def _price_per_gb_s(config: PlannerConfig, node: NodeState, tier: Tier) -> float:
     """What holding a GB in ``tier`` of ``node`` costs a second: ``memory_price`` where it is set, else
     ``contended_memory_price`` in host memory where the node's executor has given host copies up on its

@@ -15,7 +15,7 @@ from prewarm import Hint, Order
 from scheduler._cluster import ClusterState
 from scheduler._planner._book import _book_pending, _open_book, _Round
 from scheduler._planner._config import Plan, PlannerConfig
-from scheduler._planner._eviction import _cooldowns, _demote_mispredictions, _release_priced
+from scheduler._planner._eviction import _break_turns, _cooldowns, _demote_mispredictions, _release_priced
 from scheduler._planner._incremental import _incremental, _Kept, _pending_keys, _plan_of
 from scheduler._planner._memo import PlannerMemo
 from scheduler._planner._placement import _best_candidate, _Candidate, _payers, _place_all
@@ -158,6 +158,7 @@ def _full_round(
     asks = {m: -math.expm1(-n) * catalog[m].size_bytes for m, n in expected.items() if m in catalog}
     loads: dict[str, float] = {}
     failed = _place_all(rnd, list(candidates.values()), asks, loads, commit_by=commit_by)
+    _break_turns(rnd)
     _release_priced(rnd)
     memo.kept = _Kept(
         at=now,

@@ -516,6 +516,99 @@ def test_departures_keep_how_long_each_copy_the_executor_gave_up_had_gone_unused
     assert departures.of("b", NOW) == {}
 
 
+TWO_GPUS = {Tier.L0: 160 * GB, Tier.L1: 64 * GB, Tier.L2: 2000 * GB}
+
+
+def turn(
+    *, big_used: float = NOW - 70, small_staged: bool = True, big_bytes: int = 140 * GB, at: float = NOW
+) -> tuple[ExecutorState, ExecutorState]:
+    """Two reports of node a a minute apart: a big model (140 GB: too large for the node's 64 GB of host
+    memory) on both its GPUs, used at ``big_used``, then a 14 GB model on GPU 0 in its place, staged in
+    host memory in the second report where ``small_staged``."""
+    big = resident("big", big_bytes, loaded_at=at - 600, last_used=big_used - NOW + at, gpus=(0, 1))
+    small = resident("small", 14 * GB, loaded_at=at - 30, last_used=at - 20, gpus=(0,))
+    host = resident("small", 14 * GB, loaded_at=at - 3600, last_used=at - 20)
+    before = report(
+        "a", {Tier.L0: [big], Tier.L1: [host]}, capacity=TWO_GPUS, at=at - 60, gpus=(80 * GB,) * 2
+    )
+    after = report(
+        "a",
+        {Tier.L0: [small], Tier.L1: [host] if small_staged else []},
+        capacity=TWO_GPUS,
+        at=at,
+        gpus=(80 * GB,) * 2,
+    )
+    return before, after
+
+
+def test_departures_count_a_turn_where_a_staged_model_displaced_a_model_too_large_for_host_memory() -> None:
+    departures = Departures()
+    departures.observe(*turn())
+    assert departures.turns("a", NOW) == {"small": 1}
+    assert departures.turns("a", NOW + 601) == {}  # ten minutes on, the turn is forgotten
+    # Not a turn: the GPU copy it displaced had gone unused for ten minutes.
+    quiet = Departures()
+    quiet.observe(*turn(big_used=NOW - 660))
+    assert quiet.turns("a", NOW) == {}
+    # Not a turn: host memory can hold the model it displaced, whose reloads come from there.
+    quick = Departures()
+    quick.observe(*turn(big_bytes=40 * GB))
+    assert quick.turns("a", NOW) == {}
+    # Not a turn: no host copy sent the load to this node.
+    unstaged = Departures()
+    unstaged.observe(*turn(small_staged=False))
+    assert unstaged.turns("a", NOW) == {}
+    # Its host copy gone from the node, its turns there are over.
+    departures.observe(turn()[1], turn(small_staged=False, at=NOW + 60)[1])
+    assert departures.turns("a", NOW + 60) == {}
+
+
+def test_a_model_taking_turns_on_a_node_loses_the_host_copy_that_sends_its_loads_there() -> None:
+    # After three turns in ten minutes, "small"'s host copy on node a is demoted to disk (with its GPU
+    # copy), so that its next load goes where the LRU gives up the oldest copies; after two, nothing.
+    cat = catalog(spec("big", 140 * GB), spec("small", 14 * GB))
+    forecasts = {"big": flat_forecast("big", 0.9), "small": flat_forecast("small", 0.5)}
+    c = cluster("a", l1=64 * GB, gpus=(80 * GB, 80 * GB))
+    seen = state(c, turn()[1])
+
+    def orders(turns: int, config: PlannerConfig = CONFIG) -> list[tuple[str, OrderAction, Tier]]:
+        node = dataclasses.replace(seen.nodes["a"], turns={"small": turns})
+        taking = dataclasses.replace(seen, nodes={"a": node})
+        return [
+            (o.model, o.action, o.tier)
+            for o in plan(NOW, forecasts, [], cat, taking, config)
+            if o.action is not OrderAction.PREFETCH
+        ]
+
+    assert orders(3) == [("small", OrderAction.DEMOTE, Tier.L2)]
+    assert orders(2) == []
+    assert orders(5, dataclasses.replace(CONFIG, turns_to_break=0)) == []
+
+
+def test_the_scheduler_core_demotes_the_host_copy_after_three_turns_in_its_executors_reports() -> None:
+    # The reports alone carry the turns: big back on the GPUs, then small in its place, three times.
+    cat = catalog(spec("big", 140 * GB), spec("small", 14 * GB))
+    forecasts = {"big": flat_forecast("big", 0.9), "small": flat_forecast("small", 0.5)}
+    clock = [NOW]
+    core = SchedulerCore(
+        catalog=cat,
+        cluster=cluster("a", l1=64 * GB, gpus=(80 * GB, 80 * GB)),
+        config=CONFIG,
+        dispatch=lambda orders: None,
+        clock=lambda: clock[0],
+    )
+    core.set_signals(forecasts=forecasts)
+
+    def demotions() -> list[tuple[str, Tier]]:
+        return [(o.model, o.tier) for o in core.replan() if o.action is OrderAction.DEMOTE]
+
+    for k in range(3):
+        clock[0] = NOW + 120 * k
+        for seen in turn(at=clock[0]):
+            core.observe(seen)
+        assert demotions() == ([("small", Tier.L2)] if k == 2 else [])
+
+
 def host_memory_giving_copies_up_90_s_after_use(
     newcomer: ModelSpec, *, staged: bool = False
 ) -> tuple[Catalog, ExecutorState, ExecutorState]:
