@@ -317,54 +317,39 @@ class Departures:
             if not windows:
                 del orders[model]
         left_at = (before.at + after.at) / 2
+        given_up = list(_given_up(before, after, orders))
+        self._note_turns(before, after, [r for tier, r in given_up if tier is Tier.L0], left_at)
         kept = self._ages.setdefault(after.node, {})
-        self._note_turns(before, after, orders, left_at)
-        for state in before.tiers:
-            if state.tier not in (Tier.L0, Tier.L1):
+        for tier, r in given_up:
+            since = r.unused_since
+            if since is None:
                 continue
-            now = after.tier(state.tier)
-            still = {r.model for r in now.resident} if now is not None else set()
-            for r in state.resident:
-                since = r.unused_since
-                if r.model in still or since is None:
-                    continue
-                if any(not_before <= after.at for not_before, _ in orders.get(r.model, ())):
-                    continue  # ordered away
-                ages = kept.setdefault((state.tier, copy_width(state.tier, len(r.gpus))), [])
-                ages.append((left_at, max(left_at - since, 0.0)))
-                del ages[: max(len(ages) - self._keep, 0)]
+            ages = kept.setdefault((tier, copy_width(tier, len(r.gpus))), [])
+            ages.append((left_at, max(left_at - since, 0.0)))
+            del ages[: max(len(ages) - self._keep, 0)]
 
     def _note_turns(
-        self,
-        before: ExecutorState,
-        after: ExecutorState,
-        orders: Mapping[str, list[tuple[float, float]]],
-        left_at: float,
+        self, before: ExecutorState, after: ExecutorState, displaced: Iterable[ResidentModel], left_at: float
     ) -> None:
         """Note each GPU copy in use (last used within ``warm_s``) of a model too large for this node's
-        host memory that the LRU gave up for a model newly on the same GPUs whose host copy is here: the
-        load went here because of that host copy (a load goes where its model is staged in host memory),
-        and each such turn costs the other model a reload from disk.
+        host memory that the LRU gave up (``displaced``) for a model newly on the same GPUs whose host
+        copy is here: the load went here because of that host copy (a load goes where its model is staged
+        in host memory), and each such turn costs the other model a reload from disk.
 
         A displaced model that host memory can hold reloads from there once its copy has formed: its
         turns are quick, and the host copy that sent the newcomer here saves it a load from disk at each
         of them (demoting such copies raised the suite's long waits: docs/benchmarks.md)."""
-        gone, now = before.tier(Tier.L0), after.tier(Tier.L0)
-        if gone is None or now is None:
-            return
-        earlier = {r.model for r in gone.resident}
-        host = after.tier(Tier.L1)
+        host, gpus, were = after.tier(Tier.L1), after.tier(Tier.L0), before.tier(Tier.L0)
         staged = {r.model for r in host.resident} if host is not None else set()
-        newcomers = [r for r in now.resident if r.model not in earlier and r.model in staged]
+        earlier = {r.model for r in were.resident} if were is not None else set()
+        newcomers = [r for r in gpus.resident if r.model not in earlier and r.model in staged] if gpus else []
+        host_bytes = host.capacity_bytes if host is not None else 0  # no host copy: no newcomers either
         turns = self._turns.setdefault(after.node, [])
-        still = {r.model for r in now.resident}
-        for r in gone.resident if newcomers else ():
-            if r.model in still or host is None or r.bytes <= host.capacity_bytes:
-                continue  # not displaced, or a quick turn
+        for r in displaced if newcomers else ():
+            if r.bytes <= host_bytes:
+                continue  # a quick turn
             if r.last_used is None or left_at - r.last_used > self._warm_s:
                 continue  # not in use
-            if any(not_before <= after.at for not_before, _ in orders.get(r.model, ())):
-                continue  # ordered away
             turns.extend((left_at, n.model) for n in newcomers if set(n.gpus) & set(r.gpus) or not r.gpus)
         # A model no longer staged here has no host copy left to send its loads here: its turns are over.
         turns[:] = [(at, m) for at, m in turns if after.at - at <= self._turns_s and m in staged]
@@ -384,6 +369,25 @@ class Departures:
             for key, ages in self._ages.get(node, {}).items()
             if (kept := tuple(age for at, age in ages if now - at <= self._horizon_s))
         }
+
+
+def _given_up(
+    before: ExecutorState, after: ExecutorState, orders: Mapping[str, list[tuple[float, float]]]
+) -> Iterable[tuple[Tier, ResidentModel]]:
+    """The GPU and host copies ``before`` lists and ``after`` does not, with no demotion or eviction
+    ordered for them (``orders``: per model, its not-before and deadline) that may have been carried out
+    in between: the executor's LRU gave them up."""
+    for state in before.tiers:
+        if state.tier not in (Tier.L0, Tier.L1):
+            continue
+        now = after.tier(state.tier)
+        still = {r.model for r in now.resident} if now is not None else set()
+        for r in state.resident:
+            if r.model in still:
+                continue
+            if any(not_before <= after.at for not_before, _ in orders.get(r.model, ())):
+                continue  # ordered away
+            yield state.tier, r
 
 
 def copy_width(tier: Tier, gpus: int) -> int:
