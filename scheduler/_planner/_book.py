@@ -397,6 +397,11 @@ def _book_pending(rnd: _Round, cluster: ClusterState, books: Mapping[str, _Book]
             book.drop(tier, order.model)
 
 
+def room_note(tier: Tier, newcomer: str) -> str:
+    """The note of an order that demotes or evicts a copy to make room for ``newcomer`` in ``tier``."""
+    return f"room in {tier.name} for {newcomer}"
+
+
 def _victims(book: _Book, tier: Tier, value: float) -> list[_Entry]:
     """Residents of ``tier`` that a newcomer worth ``value`` may displace, least valuable first.
 

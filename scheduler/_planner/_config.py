@@ -7,6 +7,7 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from models import ModelSpec
@@ -204,6 +205,7 @@ class _Decision:
     demand: bool = False
     gpus: tuple[int, ...] = ()  # an L0 copy's GPUs (the node's indices); none: the executor chooses
     hold_until: float | None = None  # a prefetch's: its copy counts as used then until used (LRU)
+    note: str = ""  # which rule made it, for whoever reads the order (``Order.note``)
 
     def to_order(self, now: float, config: PlannerConfig) -> Order:
         bucket = math.floor(self.key_time / config.id_bucket_s)
@@ -223,4 +225,10 @@ class _Decision:
             demand=self.demand,
             gpus=list(self.gpus),
             hold_until=self.hold_until,
+            note=self.note,
         )
+
+
+def _utc(t: float) -> str:
+    """Epoch seconds as an operator reads them in an order's note."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

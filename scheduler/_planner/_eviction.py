@@ -21,8 +21,8 @@ from forecaster import ModelForecast
 from models import ModelSpec
 from prewarm import CACHE_TIERS, Order, OrderAction, OrderReason, Tier
 from scheduler._cluster import ClusterState, NodeState
-from scheduler._planner._book import _BET_TIERS, _Book, _Entry, _make_room, _Round
-from scheduler._planner._config import PlannerConfig, _Decision
+from scheduler._planner._book import _BET_TIERS, _Book, _Entry, _make_room, _Round, room_note
+from scheduler._planner._config import PlannerConfig, _Decision, _utc
 from scheduler._planner._want import NO_WANTS
 
 
@@ -122,14 +122,28 @@ def _demote_mispredictions(rnd: _Round, cluster: ClusterState, nodes: Collection
                 if any(w.reason is not OrderReason.FORECAST and w.t0 <= now for w in signals):
                     continue
                 rnd.mispredictions.append((name, r.model))
-                _demote_one_tier(rnd, name, book, spec, tier, OrderReason.MISPREDICTION, key_time=since)
+                counted = "its predicted request" if predicted is not None else "its load"
+                window = config.misprediction_window_s
+                note = f"misprediction: unused {window:.0f} s from {counted} at {_utc(since)}"
+                _demote_one_tier(
+                    rnd, name, book, spec, tier, OrderReason.MISPREDICTION, key_time=since, note=note
+                )
 
 
 def _demote_one_tier(
-    rnd: _Round, name: str, book: _Book, spec: ModelSpec, tier: Tier, reason: OrderReason, *, key_time: float
+    rnd: _Round,
+    name: str,
+    book: _Book,
+    spec: ModelSpec,
+    tier: Tier,
+    reason: OrderReason,
+    *,
+    key_time: float,
+    note: str,
 ) -> None:
     """Order ``spec``'s copy in ``tier`` one tier down (DEMOTE), or dropped (EVICT at ``tier``) where
-    the tier below has no room for it even after demoting what is worth less there."""
+    the tier below has no room for it even after demoting what is worth less there; ``note`` says
+    which rule asked for it."""
     now, config = rnd.now, rnd.config
     lower = tier.farther()
     # Changed on a copy, put back at the end: the round's books are replaced, never changed in place
@@ -151,7 +165,7 @@ def _demote_one_tier(
                 rnd.moved.add(model)
                 victim = rnd.catalog[model]
                 down, where = (OrderAction.DEMOTE, to) if to in CACHE_TIERS else (OrderAction.EVICT, frm)
-                rnd.emit(_now_decision(rnd, name, victim, down, where, OrderReason.CAPACITY))
+                rnd.emit(_now_decision(rnd, name, victim, down, where, room_note(lower, spec.id)))
     for t in CACHE_TIERS:
         if t.level <= tier.level:
             book.drop(t, spec.id)
@@ -167,22 +181,25 @@ def _demote_one_tier(
             not_before=now,
             deadline=now + config.order_ttl_s,
             key_time=key_time,
+            note=note,
         )
     )
 
 
 def _now_decision(
-    rnd: _Round, node: str, spec: ModelSpec, action: OrderAction, tier: Tier, reason: OrderReason
+    rnd: _Round, node: str, spec: ModelSpec, action: OrderAction, tier: Tier, note: str
 ) -> _Decision:
+    """A demotion or eviction to make room, due now."""
     return _Decision(
         node=node,
         spec=spec,
         action=action,
         tier=tier,
-        reason=reason,
+        reason=OrderReason.CAPACITY,
         not_before=rnd.now,
         deadline=rnd.now + rnd.config.order_ttl_s,
         key_time=rnd.now,
+        note=note,
     )
 
 
@@ -239,7 +256,8 @@ def _release_priced(rnd: _Round, nodes: Collection[str] | None = None) -> None:
                     continue
                 if _worth_holding(forecast, now, saved, cost) and not _refetchable(rnd, spec, forecast, now):
                     continue
-                _demote_one_tier(rnd, name, book, spec, tier, OrderReason.CAPACITY, key_time=now)
+                note = "the memory it holds costs more than the chance of a request pays for"
+                _demote_one_tier(rnd, name, book, spec, tier, OrderReason.CAPACITY, key_time=now, note=note)
 
 
 def _break_turns(rnd: _Round) -> None:
@@ -266,7 +284,10 @@ def _break_turns(rnd: _Round) -> None:
             spec = rnd.catalog.get(model)
             if count < least or spec is None or model in rnd.moved or model not in book.held[Tier.L1]:
                 continue
-            _demote_one_tier(rnd, name, book, spec, Tier.L1, OrderReason.CAPACITY, key_time=rnd.now)
+            note = f"turns: {count} of its loads here gave up GPU copies in use too large for host memory"
+            _demote_one_tier(
+                rnd, name, book, spec, Tier.L1, OrderReason.CAPACITY, key_time=rnd.now, note=note
+            )
             rnd.moved.add(model)
 
 

@@ -18,8 +18,8 @@ from typing import NamedTuple
 from models import ModelSpec
 from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier, effect, gpu_shards
 from scheduler._cluster import NodeState, copy_width
-from scheduler._planner._book import _Book, _Entry, _make_room, _Round
-from scheduler._planner._config import _INF, Placement, _Decision
+from scheduler._planner._book import _Book, _Entry, _make_room, _Round, room_note
+from scheduler._planner._config import _INF, Placement, _Decision, _utc
 from scheduler._planner._want import NO_WANTS, _Reread, _Want, _Wants
 
 
@@ -486,6 +486,13 @@ def _least_loaded(
     return max(options, key=lambda c: (c.value, -loads[c.node], rnd.books[c.node].free(c.tier), c.node))
 
 
+def _want_note(want: _Want) -> str:
+    """Why a prefetch is wanted, as its order's note says it."""
+    if want.demand:
+        return "a request is waiting"
+    return f"{want.reason.value}: P {want.p:.2f} of a request from {_utc(want.t0)} to {_utc(want.t1)}"
+
+
 def _reserve(rnd: _Round, book: _Book, tier: Tier, value: float, newcomer: str) -> int:
     """Bytes of ``tier`` a speculative prefetch worth ``value`` must leave free on this node.
 
@@ -533,6 +540,7 @@ def _emit_placement(
                 not_before=not_before,
                 deadline=want.t1 if want.t1 > not_before else not_before + rnd.config.order_ttl_s,
                 key_time=want.key_time,
+                note=room_note(frm, spec.id),
             )
         )
     order = rnd.emit(
@@ -552,6 +560,7 @@ def _emit_placement(
             hold_until=None
             if want.demand or tier is Tier.L2
             else want.key_time + rnd.config.misprediction_window_s,
+            note=_want_note(want),
         )
     )
     rnd.predicted[order.id] = want.key_time

@@ -39,6 +39,7 @@ from scheduler import (
     plan_detailed,
 )
 from scheduler._cluster import Departures
+from scheduler._planner._config import _utc
 from scheduler._planner._value import _hop_times, _Valuer
 
 CONFIG = PlannerConfig()
@@ -343,6 +344,38 @@ def test_room_on_a_gpu_is_made_where_the_newcomer_fits_not_where_bytes_are_free_
     ]
 
 
+def test_each_order_says_in_its_note_which_rule_made_it() -> None:
+    # A guess, a waiting request and the room made for it, a misprediction, the price of memory.
+    cat = catalog(spec("m", 5 * GB))
+    [guess] = plan(NOW, {"m": flat_forecast("m", 0.9)}, [], cat, state(cluster("a")), CONFIG)
+    assert guess.note == f"forecast: P 1.00 of a request from {_utc(NOW)} to {_utc(NOW + 600)}"
+
+    old = resident("old", 50 * GB, loaded_at=NOW - 3600, last_used=NOW - 3000, gpus=[0])
+    r = report("a", {Tier.L0: [old], Tier.L2: [old]}, capacity=CAP, gpus=[80 * GB])
+    cat = catalog(spec("old", 50 * GB), spec("new", 40 * GB))
+    waiting = [hint("new", source=DEMAND_SOURCE)]
+    orders = plan(NOW, {"old": flat_forecast("old", 0.001)}, waiting, cat, state(cluster("a"), r), CONFIG)
+    assert [(o.model, o.reason, o.note) for o in orders] == [
+        ("old", OrderReason.CAPACITY, "room in L0 for new"),
+        ("new", OrderReason.DEMAND, "a request is waiting"),
+    ]
+
+    unused = resident("m", 5 * GB, loaded_at=NOW - 700, prefetched=True)
+    r = report("a", {Tier.L1: [unused], Tier.L2: [unused]}, capacity=CAP)
+    bet = prefetch("m", Tier.L1, NOW - 700)
+    judged = ClusterState.merge(cluster("a"), {"a": r}, recent=[bet], predicted={bet.id: NOW - 650})
+    [demote] = plan(NOW, {}, [], catalog(spec("m", 5 * GB)), judged, CONFIG)
+    assert demote.note == f"misprediction: unused 600 s from its predicted request at {_utc(NOW - 650)}"
+
+    idle = resident("rare", 20 * GB, loaded_at=NOW - 3600, last_used=NOW - 600)
+    r = report("a", {Tier.L0: [idle]}, capacity={Tier.L0: 10_000 * GB, Tier.L1: 0, Tier.L2: 0})
+    c = cluster("a", l0=10_000 * GB, l1=0, l2=0)
+    forecasts = {"rare": flat_forecast("rare", 0.001)}
+    priced = PlannerConfig(memory_price=0.01)
+    [release] = plan(NOW, forecasts, [], catalog(spec("rare", 20 * GB)), state(c, r), priced)
+    assert release.note == "the memory it holds costs more than the chance of a request pays for"
+
+
 def test_a_report_without_gpus_splits_its_l0_budget_as_the_cluster_file_does() -> None:
     c = cluster("a", gpus=[80 * GB, 80 * GB])
     r = report("a", {}, capacity={Tier.L0: 80 * GB, Tier.L1: 100 * GB, Tier.L2: 1000 * GB})
@@ -583,6 +616,13 @@ def test_a_model_taking_turns_on_a_node_loses_the_host_copy_that_sends_its_loads
     assert orders(3) == [("small", OrderAction.DEMOTE, Tier.L2)]
     assert orders(2) == []
     assert orders(5, dataclasses.replace(CONFIG, turns_to_break=0)) == []
+    node = dataclasses.replace(seen.nodes["a"], turns={"small": 3})
+    [demote] = [
+        o
+        for o in plan(NOW, forecasts, [], cat, dataclasses.replace(seen, nodes={"a": node}), CONFIG)
+        if o.action is OrderAction.DEMOTE
+    ]
+    assert demote.note.startswith("turns: 3 of its loads here")
 
 
 def test_the_scheduler_core_demotes_the_host_copy_after_three_turns_in_its_executors_reports() -> None:
