@@ -397,7 +397,7 @@ def _book_pending(rnd: _Round, cluster: ClusterState, books: Mapping[str, _Book]
             book.drop(tier, order.model)
 
 
-def room_note(tier: Tier, newcomer: str) -> str:
+def _room_note(tier: Tier, newcomer: str) -> str:
     """The note of an order that demotes or evicts a copy to make room for ``newcomer`` in ``tier``."""
     return f"room in {tier.name} for {newcomer}"
 

@@ -21,7 +21,7 @@ from forecaster import ModelForecast
 from models import ModelSpec
 from prewarm import CACHE_TIERS, Order, OrderAction, OrderReason, Tier
 from scheduler._cluster import ClusterState, NodeState
-from scheduler._planner._book import _BET_TIERS, _Book, _Entry, _make_room, _Round, room_note
+from scheduler._planner._book import _BET_TIERS, _Book, _Entry, _make_room, _room_note, _Round
 from scheduler._planner._config import PlannerConfig, _Decision, _utc
 from scheduler._planner._want import NO_WANTS
 
@@ -165,7 +165,7 @@ def _demote_one_tier(
                 rnd.moved.add(model)
                 victim = rnd.catalog[model]
                 down, where = (OrderAction.DEMOTE, to) if to in CACHE_TIERS else (OrderAction.EVICT, frm)
-                rnd.emit(_now_decision(rnd, name, victim, down, where, room_note(lower, spec.id)))
+                rnd.emit(_room_decision(rnd, name, victim, down, where, _room_note(frm, spec.id)))
     for t in CACHE_TIERS:
         if t.level <= tier.level:
             book.drop(t, spec.id)
@@ -186,10 +186,10 @@ def _demote_one_tier(
     )
 
 
-def _now_decision(
+def _room_decision(
     rnd: _Round, node: str, spec: ModelSpec, action: OrderAction, tier: Tier, note: str
 ) -> _Decision:
-    """A demotion or eviction to make room, due now."""
+    """A demotion or eviction that makes room, due now; ``note`` says for what (``_room_note``)."""
     return _Decision(
         node=node,
         spec=spec,
@@ -284,7 +284,7 @@ def _break_turns(rnd: _Round) -> None:
             spec = rnd.catalog.get(model)
             if count < least or spec is None or model in rnd.moved or model not in book.held[Tier.L1]:
                 continue
-            note = f"turns: {count} of its loads here gave up GPU copies in use too large for host memory"
+            note = f"turns: {count} of its loads here displaced busy models too large for host memory"
             _demote_one_tier(
                 rnd, name, book, spec, Tier.L1, OrderReason.CAPACITY, key_time=rnd.now, note=note
             )

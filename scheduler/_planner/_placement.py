@@ -18,7 +18,7 @@ from typing import NamedTuple
 from models import ModelSpec
 from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier, effect, gpu_shards
 from scheduler._cluster import NodeState, copy_width
-from scheduler._planner._book import _Book, _Entry, _make_room, _Round, room_note
+from scheduler._planner._book import _Book, _Entry, _make_room, _room_note, _Round
 from scheduler._planner._config import _INF, Placement, _Decision, _utc
 from scheduler._planner._want import NO_WANTS, _Reread, _Want, _Wants
 
@@ -540,7 +540,7 @@ def _emit_placement(
                 not_before=not_before,
                 deadline=want.t1 if want.t1 > not_before else not_before + rnd.config.order_ttl_s,
                 key_time=want.key_time,
-                note=room_note(frm, spec.id),
+                note=_room_note(frm, spec.id),
             )
         )
     order = rnd.emit(

@@ -622,7 +622,7 @@ def test_a_model_taking_turns_on_a_node_loses_the_host_copy_that_sends_its_loads
         for o in plan(NOW, forecasts, [], cat, dataclasses.replace(seen, nodes={"a": node}), CONFIG)
         if o.action is OrderAction.DEMOTE
     ]
-    assert demote.note.startswith("turns: 3 of its loads here")
+    assert demote.note == "turns: 3 of its loads here displaced busy models too large for host memory"
 
 
 def test_the_scheduler_core_demotes_the_host_copy_after_three_turns_in_its_executors_reports() -> None:
