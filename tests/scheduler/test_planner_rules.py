@@ -276,6 +276,22 @@ def test_priced_memory_holds_a_copy_through_a_lull_that_no_prefetch_could_bridge
     assert _unlimited_release(forecasts, sizes, PlannerConfig(memory_price=0.01)) == {"sharp", "flat"}
 
 
+def test_priced_memory_keeps_a_copy_that_requests_are_likely_to_need_before_a_prefetch_could_return_it() -> (
+    None
+):
+    # Each 20 GB, each likely enough an hour on for a prefetch to bring it back. "brief": its rise a
+    # minute away (a forecast made of yesterday's minutes has such gaps); "before": a request likely in
+    # the 20 minutes before its rise (P ~ 0.64). Released, either would be fetched back for the window,
+    # cold for the requests that come first. "sharp": an hour's lull, as above: released.
+    forecasts = {
+        "brief": _rising("brief", 0.002, 0.3, lull_minutes=1),
+        "before": _rising("before", 0.05, 0.3, lull_minutes=20),
+        "sharp": _rising("sharp", 0.002, 0.3, lull_minutes=60),
+    }
+    sizes = dict.fromkeys(forecasts, 20 * GB)
+    assert _unlimited_release(forecasts, sizes, PlannerConfig(memory_price=0.01)) == {"sharp"}
+
+
 def test_a_lull_is_held_through_only_while_holding_until_the_rise_pays_for_the_memory() -> None:
     forecasts = {"spread": _rising("spread", 0.002, 0.02, lull_minutes=30)}
     sizes = {"spread": 20 * GB}
