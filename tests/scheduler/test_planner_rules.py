@@ -276,9 +276,7 @@ def test_priced_memory_holds_a_copy_through_a_lull_that_no_prefetch_could_bridge
     assert _unlimited_release(forecasts, sizes, PlannerConfig(memory_price=0.01)) == {"sharp", "flat"}
 
 
-def test_priced_memory_keeps_a_copy_that_requests_are_likely_to_need_before_a_prefetch_could_return_it() -> (
-    None
-):
+def test_priced_memory_keeps_a_copy_requests_need_before_a_prefetch_could_bring_it_back() -> None:
     # Each 20 GB, each likely enough an hour on for a prefetch to bring it back. "brief": its rise a
     # minute away (a forecast made of yesterday's minutes has such gaps); "before": a request likely in
     # the 20 minutes before its rise (P ~ 0.64). Released, either would be fetched back for the window,
