@@ -290,7 +290,6 @@ def _break_turns(rnd: _Round) -> None:
             _demote_one_tier(
                 rnd, name, book, spec, Tier.L1, OrderReason.CAPACITY, key_time=rnd.now, note=note
             )
-            rnd.moved.add(model)
 
 
 def _price_per_gb_s(config: PlannerConfig, node: NodeState, tier: Tier) -> float:
