@@ -26,7 +26,8 @@ the whole range (no pre-warm, unload at ``t + range``):
 Left out of the paper: its ARIMA branch, which forecasts the next idle time of models whose idle times
 are mostly out of bounds (those fall back to keep-alive for the range here, as the issue asks), and its
 per-application (not per-function) grouping — a model is the unit here. "Unload" is a DEMOTE from GPU
-memory one tier down (L0 → L1) on a cluster, and an EVICT of the only tier under ``--unlimited``. On a
+memory one tier down on a cluster (L0 → L1, or to disk where host memory could never hold the model:
+``PolicyContext.unload``), and an EVICT of the only tier under ``--unlimited``. On a
 cluster a request may wait for its load, and a copy in flight cannot be demoted: the unload after a
 request the policy's own plan had not kept warm waits for a bound on that load (from object storage),
 and is skipped when that bound reaches past the pre-warm window.
@@ -230,7 +231,6 @@ class HistogramPolicy(Policy):
         self._tail = UnloadTimer(self._unload_at)  # the latest plan's unload at its tail
         self._specs: dict[str, ModelSpec] = {}
         self._start = float("inf")
-        self._unload = (OrderAction.EVICT, Tier.L0)
         self._plan: dict[str, tuple[float, Windows]] = {}  # each model's latest plan: when, and windows
         self._ctx: PolicyContext | None = None
 
@@ -245,8 +245,6 @@ class HistogramPolicy(Policy):
         self._ctx = ctx
         self._start = ctx.start
         self._specs = {spec.id: spec for spec in ctx.catalog}
-        # One tier down on a cluster (the design's demotion); out of the only tier under --unlimited.
-        self._unload = (OrderAction.EVICT, Tier.L0) if ctx.unlimited else (OrderAction.DEMOTE, Tier.L1)
         ts, models = ctx.history
         if len(ts) == 0:
             return
@@ -278,7 +276,7 @@ class HistogramPolicy(Policy):
         if last is None or at > last:
             self._last[model] = at
         w = hist.windows()
-        action, tier = self._unload
+        action, tier = self._context.unload(node, spec.size_bytes)
         orders: list[Order] = []
         if w.prewarm_s > 0:
             # Unloaded once this request is served: at once when it found the model in GPU memory, else
@@ -298,8 +296,15 @@ class HistogramPolicy(Policy):
         return orders + self._tail.set(model, at + w.keepalive_s, node)
 
     def _unload_at(self, model: str, node: str, due: float) -> Order:
-        action, tier = self._unload
-        return order_for(node, self._specs[model], action, tier, due, reason=OrderReason.CAPACITY)
+        spec = self._specs[model]
+        action, tier = self._context.unload(node, spec.size_bytes)
+        return order_for(node, spec, action, tier, due, reason=OrderReason.CAPACITY)
+
+    @property
+    def _context(self) -> PolicyContext:
+        if self._ctx is None:
+            raise RuntimeError("HistogramPolicy.prepare was not called")
+        return self._ctx
 
     def _load_s(self, model: str, at: float, size: int) -> float:
         """How long after ``at`` a request for ``model`` is served, as far as this policy's own plan

@@ -185,9 +185,8 @@ class OraclePolicy(Policy):
             when = max(begin, now)
             for victim in victims:
                 vspec = self._catalog[victim]
-                out.append(
-                    order_for(node, vspec, OrderAction.DEMOTE, Tier.L1, when, reason=OrderReason.CAPACITY)
-                )
+                action, tier = self._ctx.unload(node, vspec.size_bytes)
+                out.append(order_for(node, vspec, action, tier, when, reason=OrderReason.CAPACITY))
             out.append(order_for(node, spec, OrderAction.PREFETCH, Tier.L0, when, gpus=placed))
             self._planned[model] = at
         return out

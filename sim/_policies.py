@@ -107,6 +107,22 @@ class PolicyContext:
     """``closest(node, model)``: the closest tier of the node holding the model now (L3: none), as the
     node itself knows; for a baseline that unloads only what is still loaded."""
 
+    def unload(self, node: str, size: int) -> tuple[OrderAction, Tier]:
+        """How a baseline takes a model of ``size`` bytes out of GPU memory on ``node``: out of the only
+        tier under ``--unlimited``; on a cluster one tier down (the design's demotion) to the closest
+        tier of the node that could ever hold it, host memory or else its disk, and out of GPU memory
+        where neither could. A demotion to a tier too small for the model fails, as the executor's
+        does, and left the copy in GPU memory: keep-alive on a node whose host memory is smaller than
+        the model never unloaded it."""
+        if self.unlimited:
+            return OrderAction.EVICT, Tier.L0
+        shape = self.nodes[node]
+        if shape.host_bytes >= size:
+            return OrderAction.DEMOTE, Tier.L1
+        if shape.disk_bytes >= size:
+            return OrderAction.DEMOTE, Tier.L2
+        return OrderAction.EVICT, Tier.L0
+
 
 class Policy(ABC):
     """A policy the simulator compares. ``name`` is its label as given on the command line."""
@@ -286,15 +302,11 @@ class KeepAlivePolicy(Policy):
             raise InvalidInput(f"keep-alive TTL must be ≥ 0 seconds, got {ttl_s:g}")
         self.ttl_s = ttl_s
         self.name = name or f"keepalive:{ttl_s:g}"
-        self._catalog: Catalog | None = None
-        self._unlimited = False
+        self._ctx: PolicyContext | None = None
         self._timer = UnloadTimer(self._unload)
-        self._closest: Callable[[str, str], Tier] | None = None
 
     def prepare(self, ctx: PolicyContext) -> None:
-        self._catalog = ctx.catalog
-        self._unlimited = ctx.unlimited
-        self._closest = ctx.closest
+        self._ctx = ctx
 
     def on_request(self, model: str, at: float, node: str) -> list[Order]:
         # Due just after at + TTL: a request exactly TTL after this one still finds it (a timer every
@@ -302,17 +314,18 @@ class KeepAlivePolicy(Policy):
         return self._timer.set(model, math.nextafter(at + self.ttl_s, math.inf), node)
 
     def _unload(self, model: str, node: str, due: float) -> Order:
-        if self._catalog is None:
+        if self._ctx is None:
             raise RuntimeError("KeepAlivePolicy.prepare was not called")
-        # One tier down on a cluster (the design's demotion); out of the only tier under --unlimited.
-        action, tier = (OrderAction.EVICT, Tier.L0) if self._unlimited else (OrderAction.DEMOTE, Tier.L1)
-        return order_for(node, self._catalog[model], action, tier, due, reason=OrderReason.CAPACITY)
+        spec = self._ctx.catalog[model]
+        action, tier = self._ctx.unload(node, spec.size_bytes)
+        return order_for(node, spec, action, tier, due, reason=OrderReason.CAPACITY)
 
     def still_wanted(self, order: Order, now: float) -> bool:
         if not (self._timer.owns(order) and self._timer.due(order)):
             return False  # a later request moved the timer on: replaced (``superseded``)
         # A demotion of a model the LRU already moved out of GPU memory would load it back to L1.
-        return self._closest is None or self._closest(order.node, order.model) is Tier.L0
+        closest = self._ctx.closest if self._ctx is not None else None
+        return closest is None or closest(order.node, order.model) is Tier.L0
 
     def superseded(self, order: Order, now: float) -> list[Order]:
         return self._timer.moved(order)

@@ -184,6 +184,39 @@ def test_a_timer_exactly_every_ttl_stays_warm_under_keepalive() -> None:
     assert result.cold_starts == 0
 
 
+def _one_gpu(host: str) -> Cluster:
+    """One node of one 80 GB GPU, ``host`` of host memory and a 2 TB disk."""
+    return Cluster.from_data(
+        {
+            "nodes": [
+                {
+                    "name": "n1",
+                    "gpus": [{"memory_bytes": "80GB"}],
+                    "host_cache_bytes": host,
+                    "disk_cache_bytes": "2TB",
+                }
+            ],
+            "bandwidth": {"l3_bytes_per_s": "2GB/s", "l2_bytes_per_s": "7GB/s", "l1_bytes_per_s": "50GB/s"},
+        }
+    )
+
+
+@pytest.mark.parametrize("host", ["100GB", "10GB", "0"])
+def test_keepalive_unloads_after_its_ttl_where_host_memory_cannot_hold_the_model(host: str) -> None:
+    # A demotion to host memory too small for the model fails: the copy stayed in GPU memory for good.
+    requests = [(CUT + 3600 * k, "m") for k in range(3)]
+    result = _run(
+        "keepalive:600",
+        requests,
+        _catalog({"m": 40 * GB}),
+        cluster=_one_gpu(host),
+        end=CUT + 3 * HOUR,
+        warmup_s=0,
+    )
+    assert (result.cold_starts, result.failed_orders) == (3, 0)
+    assert result.idle_gb_minutes[Tier.L0] == pytest.approx(3 * 40 * 10, rel=0.05)  # 10 minutes after each
+
+
 # ------------------------------------------------------------------ warm start at the cut
 
 
