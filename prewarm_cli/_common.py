@@ -25,6 +25,7 @@ __all__ = [
     "catalog_path",
     "check_png",
     "fail",
+    "output_path",
     "parse_time",
     "settings_of",
     "trace_format",
@@ -100,6 +101,19 @@ def write_json(payload: Any, out: Path | None) -> None:
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
+
+
+def output_path(value: Path | None) -> Path | None:
+    """An output file option's callback: refuse, before any work, a path no file can be written to (a
+    folder, or one under a file), so a long run does not end in a traceback that loses its result."""
+    if value is None or str(value) == "-":
+        return value
+    if value.is_dir():
+        raise typer.BadParameter(f"{value} is a folder: name a file in it")
+    blocked = next((p for p in value.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise typer.BadParameter(f"{blocked} is a file, so {value} cannot be written")
+    return value
 
 
 def check_png(path: Path | None, option: str = "--png") -> None:

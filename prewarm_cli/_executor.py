@@ -14,6 +14,7 @@ from prewarm_cli._common import (
     app_group,
     bench_app,
     catalog_path,
+    output_path,
     progress,
     settings_of,
     size_option,
@@ -32,7 +33,9 @@ app = app_group(
 _CATALOG = typer.Option(None, "--catalog", help="Catalog YAML (default: PREWARM_CATALOG).")
 _CACHE_DIR = typer.Option(None, "--cache-dir", help="L2 directory (default: PREWARM_CACHE_DIR).")
 _DEVICE = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: PREWARM_DEVICE).")
-_JSON = typer.Option(None, "--json", help="Write the result as JSON to this file ('-' = stdout).")
+_JSON = typer.Option(
+    None, "--json", callback=output_path, help="Write the result as JSON to this file ('-' = stdout)."
+)
 
 
 def _catalog(path: Path | None, settings: Settings, *, required: bool) -> Catalog:

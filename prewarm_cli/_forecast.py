@@ -20,6 +20,7 @@ from prewarm_cli._common import (
     app_group,
     bench_app,
     check_png,
+    output_path,
     parse_time,
     progress,
     settings_of,
@@ -29,7 +30,9 @@ from prewarm_cli._common import (
 
 app = app_group("Train, inspect and backtest the per-model demand forecasters.")
 
-_JSON = typer.Option(None, "--json", help="Write the result as JSON to this file ('-' = stdout).")
+_JSON = typer.Option(
+    None, "--json", callback=output_path, help="Write the result as JSON to this file ('-' = stdout)."
+)
 
 
 def _iso(ts: float) -> str:
@@ -94,7 +97,9 @@ def show(
     ),
     now: str | None = typer.Option(None, "--now", help="Forecast origin (default: now)."),
     horizon_s: int | None = typer.Option(None, "--horizon-s", help="Horizon in seconds (default: setting)."),
-    png: Path | None = typer.Option(None, "--png", help="Write a forecast-vs-actual plot here."),
+    png: Path | None = typer.Option(
+        None, "--png", callback=output_path, help="Write a forecast-vs-actual plot here."
+    ),
     actual: bool = typer.Option(
         True, "--actual/--no-actual", help="Read actual counts from the demand store."
     ),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from prewarm_cli._common import bench_app, progress, settings_of, size_option, write_json
+from prewarm_cli._common import bench_app, output_path, progress, settings_of, size_option, write_json
 
 __all__ = ["bench_handoff"]
 
@@ -22,7 +22,9 @@ def bench_handoff(
     ),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Runs, alternated; each figure is the best."),
     keep: bool = typer.Option(False, "--keep", help="Keep the synthetic checkpoint for the next run."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the report here ('-' = stdout)."),
+    json_out: Path | None = typer.Option(
+        None, "--json", callback=output_path, help="Write the report here ('-' = stdout)."
+    ),
 ) -> None:
     """Engine start from disk vs from prewarm's L1 (and L0 on CUDA), same model, same run."""
     from executor import run_handoff_benchmark

@@ -18,7 +18,7 @@ from typing import Any
 import typer
 
 from prewarm import InvalidInput, get_logger
-from prewarm_cli._common import app_group, bench_app, parse_time, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, output_path, parse_time, settings_of, write_json
 
 app = app_group("Ingest gateway request logs from Kafka into per-model per-minute demand.")
 log = get_logger("prewarm.cli.ingest")
@@ -203,7 +203,9 @@ def bench_ingest(
     use_settings_store: bool = typer.Option(
         False, "--settings-store", help="Use the configured database (default: a fresh SQLite file)."
     ),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here ('-': stdout)."),
+    json_out: Path | None = typer.Option(
+        None, "--json", callback=output_path, help="Write the result as JSON here ('-': stdout)."
+    ),
 ) -> None:
     """Produce N events to a fresh topic; measure the consumer into the store against a bare poll loop
     (or, with --consumers, the group's events/s and CPU seconds per number of consumer processes)."""
@@ -275,7 +277,9 @@ def bench_store(
         "--settings-store",
         help="Measure on the configured PostgreSQL (in a scratch schema, dropped after; default: SQLite).",
     ),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here ('-': stdout)."),
+    json_out: Path | None = typer.Option(
+        None, "--json", callback=output_path, help="Write the result as JSON here ('-': stdout)."
+    ),
 ) -> None:
     """Demand-store size after DAYS of MODELS at the synthetic suite's rates, with and without rollups."""
     from ingest import run_store_size_bench

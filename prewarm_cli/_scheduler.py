@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from prewarm_cli._common import app_group, bench_app, catalog_path, settings_of, write_json
+from prewarm_cli._common import app_group, bench_app, catalog_path, output_path, settings_of, write_json
 
 app = app_group("The scheduler: planning loop, hint API and order publishing.")
 
@@ -67,7 +67,9 @@ def run(
 @bench_app.command("hints")
 def bench_hints(
     ctx: typer.Context,
-    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here (- = stdout)."),
+    json_out: Path | None = typer.Option(
+        None, "--json", callback=output_path, help="Write the result as JSON here (- = stdout)."
+    ),
     hints: int = typer.Option(200, min=1, help="Hints to post, one after another."),
 ) -> None:
     """Latency from POST /v1/hints to the order on the orders topic (target p99 < 100 ms)."""
@@ -81,7 +83,9 @@ def bench_hints(
 
 @bench_app.command("plan")
 def bench_plan(
-    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here (- = stdout)."),
+    json_out: Path | None = typer.Option(
+        None, "--json", callback=output_path, help="Write the result as JSON here (- = stdout)."
+    ),
     models: str = typer.Option("10000", help="Models in the synthetic catalog; several, comma-separated."),
     nodes: int = typer.Option(100, min=1, help="GPU nodes."),
     gpus: int = typer.Option(8, min=1, help="GPUs per node (80 GB each)."),

@@ -14,6 +14,7 @@ from prewarm_cli._common import (
     app_group,
     bench_app,
     fail,
+    output_path,
     progress,
     progress_bar,
     settings_of,
@@ -50,7 +51,9 @@ def run(
         help="NAME[:KNOB], repeatable: reactive, keepalive:TTL, histogram[:MIN], oracle, prewarm[:PRICE] "
         "(default: all five).",
     ),
-    out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here ('-': stdout)."),
+    out: Path | None = typer.Option(
+        None, "--json", callback=output_path, help="Write the results as JSON here ('-': stdout)."
+    ),
 ) -> None:
     """Fit forecasters on the first days of TRACE, then simulate the next hours under each policy."""
     from ingest import read_trace
@@ -191,7 +194,9 @@ def bench_sim(
     hours: float = typer.Option(24.0, "--hours", min=0.1, help="Hours of the last day to simulate."),
     from_hour: float = typer.Option(0.0, "--from-hour", min=0.0, help="Start of the simulated part."),
     seed: int = typer.Option(7, "--seed", help="Generator seed (7: the demo's traffic)."),
-    out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here (default stdout)."),
+    out: Path | None = typer.Option(
+        None, "--json", callback=output_path, help="Write the result as JSON here (default stdout)."
+    ),
 ) -> None:
     """Prewarm against the reactive baseline on synthetic traffic: total and p99 wait, prefetch accuracy."""
     import time
@@ -296,7 +301,9 @@ def bench_sim_speed(
     world: str = typer.Option("both", "--world", help="both, cluster or unlimited."),
     seed: int = typer.Option(0, "--seed", help="Trace seed."),
     policies: list[str] | None = typer.Option(None, "--policy", help="Policies (default: the baselines)."),
-    out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here (default stdout)."),
+    out: Path | None = typer.Option(
+        None, "--json", callback=output_path, help="Write the result as JSON here (default stdout)."
+    ),
 ) -> None:
     """Simulated requests per second of the baselines, on the cluster and under --unlimited."""
     import time
@@ -389,7 +396,9 @@ def bench_policy(
         help="Also run every case on this cluster file, judged as tight is (repeatable; named by its stem).",
     ),
     policies: list[str] | None = typer.Option(None, "--policy", help="Policy label (repeatable)."),
-    out: Path | None = typer.Option(None, "--json", help="Write every run and target as JSON here."),
+    out: Path | None = typer.Option(
+        None, "--json", callback=output_path, help="Write every run and target as JSON here."
+    ),
     draw: int = typer.Option(
         0, "--draw", help="Build every case from another seed (0: the suite): traffic no knob was chosen on."
     ),

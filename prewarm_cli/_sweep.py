@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from prewarm import InvalidInput
-from prewarm_cli._common import TRACE_FORMAT_HELP, check_png, trace_format, write_json
+from prewarm_cli._common import TRACE_FORMAT_HELP, check_png, output_path, trace_format, write_json
 
 __all__ = ["parse_grid", "sweep"]
 
@@ -69,8 +69,12 @@ def sweep(
     knobs: list[str] = typer.Option(
         [], "--knobs", help="KIND=v1,v2,... : the knob values to sweep for KIND (repeatable)."
     ),
-    png: Path = typer.Option(Path("pareto.png"), "--png", dir_okay=False, help="Where to draw the curves."),
-    out: Path | None = typer.Option(None, "--json", help="Write every point and its metrics as JSON here."),
+    png: Path = typer.Option(
+        Path("pareto.png"), "--png", callback=output_path, dir_okay=False, help="Where to draw the curves."
+    ),
+    out: Path | None = typer.Option(
+        None, "--json", callback=output_path, help="Write every point and its metrics as JSON here."
+    ),
 ) -> None:
     """Sweep each policy's knob on TRACE and draw idle GB-minutes (L0+L1) against the p75 per-model
     cold-start rate and against the share of requests waiting > 5 s, one Pareto front per policy."""

@@ -4,6 +4,7 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pandas as pd
 import pytest
@@ -110,6 +111,18 @@ def test_sim_run_rejects_an_unknown_policy(trace: Path, tmp_path: Path) -> None:
     )
     assert result.exit_code == 2, result.output
     assert "unknown policy 'lru'" in result.output
+
+
+@pytest.mark.parametrize("where", ["folder", "under a file"])
+def test_sim_run_refuses_a_json_path_no_file_can_be_written_to_before_it_simulates(
+    trace: Path, tmp_path: Path, where: str
+) -> None:
+    out = tmp_path if where == "folder" else trace / "out.json"
+    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "1"]
+    with patch("ingest.read_trace", side_effect=AssertionError("read the trace before the path was checked")):
+        result = CliRunner().invoke(app, [*args, "--policy", "reactive", "--json", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--json'" in result.output
 
 
 def test_sim_run_refuses_a_histogram_range_past_a_week_before_allocating_its_bins(trace: Path) -> None:
