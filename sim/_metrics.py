@@ -14,11 +14,13 @@ compared by:
   (``offered_load``: bytes asked of the busiest link in the window ÷ its bandwidth × the window, at least
   ``SATURATED``): the waits then measure the queue, not the policy. What requests ask is what the loads
   they wait on have still to move when they start waiting: a load on request, or a prefetch from the
-  moment a request waits on it. A prefetch nobody waits on asks nothing, since loads on request pre-empt
-  it: its backlog delays no request by itself. Requests for a model whose load is already asked for wait
-  on that load instead of asking again, so a saturated link shows an offered load of about 1, not more:
-  its backlog is bounded only by the number of models. Stable does not mean the waits are short: on a
-  10 MB/s link one 140 GB load takes almost four hours with the link far from saturated.
+  moment a request waits on it, and at the cut what the loads requests wait on from before it have left
+  (the backlog the warm-up leaves is the window's). A prefetch nobody waits on asks nothing, since loads
+  on request pre-empt it: its backlog delays no request by itself. Requests for a model whose load is
+  already asked for wait on that load instead of asking again, so a saturated link shows an offered load
+  of about 1, not more: its backlog is bounded only by the number of models. Stable does not mean the
+  waits are short: on a 10 MB/s link one 140 GB load takes almost four hours with the link far from
+  saturated.
 """
 
 from __future__ import annotations

@@ -80,6 +80,8 @@ class SimWorld(Protocol):
 
     def reports(self, now: float) -> Mapping[str, ExecutorState]: ...
 
+    def window_begins(self, _: None = None) -> None: ...
+
     def finish(self) -> None: ...
 
 
@@ -185,6 +187,8 @@ def simulate(
         clock.at(now + tick_s, tick)
 
     clock.at(clock.now, tick)
+    # Before any request at the cut (the same instant, queued first): the backlog the warm-up left.
+    clock.at(start, world.window_begins)
     heap = clock.heap  # the hot loop peeks at the heap itself: a request between events costs no call
     request, on_request = world.request, policy.on_request
     every = max((hi - lo) // 50, 1)

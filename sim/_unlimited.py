@@ -173,6 +173,9 @@ class UnlimitedWorld:
         )
         return state
 
+    def window_begins(self, _: None = None) -> None:
+        """Nothing is ever in flight: loads are instant."""
+
     def finish(self) -> None:
         end = self.record.end
         for model, copy in self._resident.items():

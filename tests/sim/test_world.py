@@ -480,6 +480,21 @@ def test_a_cluster_that_cannot_keep_up_is_reported_unstable() -> None:
     assert light.offered_load < 1.0
 
 
+def test_a_backlog_of_loads_on_request_from_before_the_window_makes_a_cluster_unstable() -> None:
+    # Three 40 GB models asked for 10 minutes before the window over a 10 MB/s link: 12,000 s of loads,
+    # of which 600 s are done at the cut, asked again in the window, in which the link moves 36 GB.
+    # The window's requests wait on those loads and ask nothing more: the backlog is the cut's.
+    catalog = _catalog({f"m{k}": 40 * GB for k in range(3)})
+    cluster = _cluster(("80GB",), host="1TB", l3=10e6)
+    times = [T0 - 600, T0 - 600, T0 - 600, T0 + 60, T0 + 60, T0 + 60]
+    names = ["m0", "m1", "m2"] * 2
+    world = World(cluster, catalog, start=T0, end=T0 + 3600)
+    result = simulate(_Idle(), world, times, names, warmup_s=900)
+    assert not result.stable
+    assert result.offered_load == pytest.approx((120 * GB - 600 * 10e6) / (3600 * 10e6), rel=0.01)
+    assert result.busiest_link == "n1 L3->L2"
+
+
 class _FirstTick(Policy):
     """Prefetches ``models`` into ``tier`` at its first tick, and orders nothing after."""
 
