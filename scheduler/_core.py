@@ -272,15 +272,12 @@ class SchedulerCore:
         full = not (incremental and self._incremental)
         self._settle(now, prune=full)
         self._trusted_anew(self._trust.judge(now))
-        every = (*self._hints, *self._demand)
-        hints = [
-            *self._trust.scaled(h for h in self._hints if h.live(now)),
-            *(h for h in self._demand if h.live(now)),
-        ]
-        if self._last_at is not None:
-            # A hint that lapsed since the last round changes its model's wants: that model is touched.
-            self._touched |= {h.model for h in every if not h.live(now) and h.live(self._last_at)}
-        _HINTS_ACTIVE.set(sum(1 for h in self._hints if h.live(now)))
+        live_hints, lapsed = _live(self._hints, now, self._last_at)
+        live_demand, lapsed_demand = _live(self._demand, now, self._last_at)
+        hints = [*self._trust.scaled(live_hints), *live_demand]
+        # A hint that lapsed since the last round changes its model's wants: that model is touched.
+        self._touched |= lapsed | lapsed_demand
+        _HINTS_ACTIVE.set(len(live_hints))
         # Every round sorts the orders still out as it needs them: the set's order does not matter.
         pending = [o for o in (self._known[i].order for i in self._unsettled) if o.deadline > now]
         recent = [k.order for k in self._known.values()]
@@ -447,3 +444,16 @@ def _reflected(order: Order, reports: Mapping[str, ExecutorState]) -> bool:
     if order.action is OrderAction.DEMOTE:
         return order.tier.closer() not in held
     return not any(t.level <= order.tier.level for t in held) or order.tier is Tier.L3
+
+
+def _live(hints: Sequence[Hint], now: float, last: float | None) -> tuple[list[Hint], set[str]]:
+    """The hints still live at ``now``, and the models of those that lapsed since ``last`` (the last
+    round; none before the first), in one pass: a round's hints may be thousands."""
+    live: list[Hint] = []
+    lapsed: set[str] = set()
+    for h in hints:
+        if h.live(now):
+            live.append(h)
+        elif last is not None and h.live(last):
+            lapsed.add(h.model)
+    return live, lapsed

@@ -58,6 +58,9 @@ class HintTrust:
         self._by_source: dict[str, _Record] = {}
         self._lags: dict[str, list[float]] = {}  # source -> seconds from hint to use, latest LAGS_KEPT
         self._windows: dict[str, tuple[float, float] | None] = {}  # ``window``, until a lag is added
+        # ``scaled``'s copies by the id of the hint each scales, with the hint (so the id is not reused
+        # while kept) and the trust and window it was scaled by: every round scales every live hint.
+        self._scaled: dict[int, tuple[Hint, float, tuple[float, float] | None, Hint]] = {}
 
     def hinted(self, hint: Hint) -> None:
         """A hint to judge once its window is over (or once its model is used inside it)."""
@@ -130,24 +133,30 @@ class HintTrust:
     def scaled(self, hints: Iterable[Hint]) -> list[Hint]:
         """``hints`` as the planner should take them: each one's confidence times its source's trust,
         and its window narrowed to when the source's hints have come true, where that lies inside it
-        (the same hint where neither changes it)."""
+        (the same hint where neither changes it). A hint scaled by the same trust and window as in the
+        last call is the same copy: a flood of live hints costs a dict lookup each per round, not a
+        copy each."""
         if not self._by_source:
             return list(hints)  # nothing judged yet: every source is taken at its word
         out = []
+        kept: dict[int, tuple[Hint, float, tuple[float, float] | None, Hint]] = {}
+        trusts: dict[tuple[str, str], float] = {}
         for h in hints:
             if h.source == self._skip:
                 out.append(h)
                 continue
-            update: dict[str, float] = {}
-            t = self.trust(h.source, h.model)
-            if t < 1.0:
-                update["confidence"] = max(h.confidence * t, 1e-3)
+            t = trusts.get((h.source, h.model))
+            if t is None:
+                t = trusts[h.source, h.model] = self.trust(h.source, h.model)
             learned = self.window(h.source)
-            if learned is not None:
-                begin, end = max(h.eta_s, learned[0]), min(h.eta_s + h.ttl_s, learned[1])
-                if end > begin and (begin, end) != (h.eta_s, h.eta_s + h.ttl_s):
-                    update["eta_s"], update["ttl_s"] = begin, max(end - begin, MIN_TTL_S)
-            out.append(h.model_copy(update=update) if update else h)
+            was = self._scaled.get(id(h))
+            if was is not None and was[0] is h and was[1] == t and was[2] == learned:
+                scaled = was[3]
+            else:
+                scaled = _scale(h, t, learned)
+            kept[id(h)] = (h, t, learned, scaled)
+            out.append(scaled)
+        self._scaled = kept
         return out
 
     def share(self, source: str) -> float | None:
@@ -178,3 +187,15 @@ def _start(hint: Hint) -> float:
     """When a hint's window opens for judging: when it arrived (a request before the time it expects
     still shows the page meant it)."""
     return hint.received_at if hint.received_at is not None else -_INF
+
+
+def _scale(h: Hint, trust: float, learned: tuple[float, float] | None) -> Hint:
+    """``h`` with its confidence times ``trust`` and its window narrowed to ``learned`` (see ``scaled``)."""
+    update: dict[str, float] = {}
+    if trust < 1.0:
+        update["confidence"] = max(h.confidence * trust, 1e-3)
+    if learned is not None:
+        begin, end = max(h.eta_s, learned[0]), min(h.eta_s + h.ttl_s, learned[1])
+        if end > begin and (begin, end) != (h.eta_s, h.eta_s + h.ttl_s):
+            update["eta_s"], update["ttl_s"] = begin, max(end - begin, MIN_TTL_S)
+    return h.model_copy(update=update) if update else h

@@ -113,3 +113,20 @@ def test_a_sources_hints_are_planned_for_when_they_have_come_true() -> None:
         trust.hinted(hint("chat", ttl_s=1800.0, source="page", at=sent))
         trust.used("chat", sent + 600)
     assert trust.window("page") == (90.0, 600.0)
+
+
+def test_a_live_hint_scaled_round_after_round_is_one_copy_until_its_sources_trust_changes() -> None:
+    # Every round scales every live hint: a flood of them was a pydantic copy each, each round.
+    trust = HintTrust(prior=4.0, skip_source=DEMAND_SOURCE)
+    trust.hinted(hint("chat", ttl_s=60.0, source="web"))
+    trust.judge(NOW + 1000)  # lapsed: "web" is trusted less than its word
+    live = [hint("chat", source="web", confidence=0.9, at=NOW + 2000 + i) for i in range(3)]
+    first, again = trust.scaled(live), trust.scaled(live)
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    assert first[0].confidence == pytest.approx(0.9 * trust.trust("web", "chat"))
+    trust.hinted(hint("chat", ttl_s=60.0, source="web", at=NOW + 3000))
+    trust.used("chat", NOW + 3010)  # came true: the source's trust rose, and the copies follow it
+    after = trust.scaled(live)
+    assert after[0] is not first[0]
+    assert after[0].confidence == pytest.approx(0.9 * trust.trust("web", "chat"))
+    assert after[0].confidence > first[0].confidence
