@@ -10,7 +10,7 @@ passed on the command line, and silently skipping rows would make every figure c
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,9 +47,13 @@ def azure_model_id(hash_function: str) -> str:
 
 
 def read_trace(
-    path: str | Path, fmt: TraceFormat = "requests", *, start: float | None = None
+    path: str | Path | Sequence[str | Path], fmt: TraceFormat = "requests", *, start: float | None = None
 ) -> pd.DataFrame:
     """Read a trace file into a frame of ``timestamp`` (float epoch s) and ``model`` (str), sorted by time.
+
+    ``path`` may name several files, read as one trace: Azure 2019 day files (the dataset publishes one
+    file a day) as consecutive days in the order given, the first at ``start``; files of the other
+    formats one after the other, each read as if alone.
 
     ``fmt="requests"``: a CSV with header ``timestamp,model`` (timestamp epoch seconds or ISO-8601; other
     columns ignored); ``start`` is ignored. ``fmt="azure2019"``: the per-minute count layout; each
@@ -60,6 +64,16 @@ def read_trace(
     invocation started, ``end_timestamp - duration`` after ``start`` (default the same Monday: the file
     carries no date either). The model of an Azure function is ``azure_model_id`` of its hash.
     """
+    if not isinstance(path, str | Path):
+        paths = list(path)
+        if not paths:
+            raise InvalidInput("no trace file given", reason="missing")
+        origin = AZURE2019_DEFAULT_START if start is None else float(start)
+        day = 86_400.0 if fmt == "azure2019" else 0.0
+        frames = [read_trace(p, fmt, start=origin + k * day) for k, p in enumerate(paths)]
+        frame = pd.concat(frames, ignore_index=True)
+        order = np.argsort(frame["timestamp"].to_numpy(), kind="stable")
+        return frame.iloc[order].reset_index(drop=True)
     path = Path(path)
     origin = AZURE2019_DEFAULT_START if start is None else float(start)
     if fmt == "requests":
@@ -96,6 +110,12 @@ def azure2019_minute_counts(path: str | Path, *, start: float | None = None) -> 
         raise InvalidInput(f"{path}: minute columns must be within 1..{_AZURE_MINUTES}", reason="header")
     ids: list[str] = []
     for row, value in enumerate(raw["HashFunction"].tolist()):
+        if isinstance(value, str) and value.strip() == "HashFunction":
+            raise InvalidInput(
+                f"{path}: line {row + 2} is a header again: day files joined into one? Each file of the "
+                "Azure 2019 layout is one day; give each day's file as a trace of its own, in order",
+                reason="row",
+            )
         ids.append(_function_id(path, row, "HashFunction", value))
     counts = np.zeros((len(raw), _AZURE_MINUTES), dtype=np.int64)
     # All minute columns at once (a 1440-column loop of string work took seconds on a 4-row file).

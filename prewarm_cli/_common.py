@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TRACE_FORMAT_HELP",
+    "TRACE_HELP",
     "app_group",
     "bench_app",
     "catalog_path",
@@ -32,6 +33,10 @@ __all__ = [
     "write_json",
 ]
 
+TRACE_HELP = (
+    "Trace file (see --format); repeat it for a trace in several files: Azure 2019 day files in day "
+    "order, the first at the default start."
+)
 TRACE_FORMAT_HELP = (
     "requests (timestamp,model), azure2019 (per-minute counts) or azure2021 (one row per invocation)."
 )

@@ -11,6 +11,7 @@ import typer
 from prewarm import abridged
 from prewarm_cli._common import (
     TRACE_FORMAT_HELP,
+    TRACE_HELP,
     app_group,
     bench_app,
     fail,
@@ -31,7 +32,7 @@ app = app_group("Trace-driven cluster simulation: the real planner against basel
 @app.command()
 def run(
     ctx: typer.Context,
-    trace: Path = typer.Option(..., exists=True, dir_okay=False, help="Trace file (see --format)."),
+    trace: list[Path] = typer.Option(..., exists=True, dir_okay=False, help=TRACE_HELP),
     fmt: str = typer.Option("requests", "--format", help=TRACE_FORMAT_HELP),
     train_days: float = typer.Option(7.0, help="Days at the start of the trace the forecaster learns from."),
     sim_hours: float = typer.Option(24.0, help="Hours after the training part to simulate."),

@@ -13,7 +13,14 @@ from typing import Any
 import typer
 
 from prewarm import InvalidInput
-from prewarm_cli._common import TRACE_FORMAT_HELP, check_png, output_path, trace_format, write_json
+from prewarm_cli._common import (
+    TRACE_FORMAT_HELP,
+    TRACE_HELP,
+    check_png,
+    output_path,
+    trace_format,
+    write_json,
+)
 
 __all__ = ["parse_grid", "sweep"]
 
@@ -47,7 +54,7 @@ def parse_grid(
 
 def sweep(
     ctx: typer.Context,
-    trace: Path = typer.Option(..., exists=True, dir_okay=False, help="Trace file (see --format)."),
+    trace: list[Path] = typer.Option(..., exists=True, dir_okay=False, help=TRACE_HELP),
     fmt: str = typer.Option("requests", "--format", help=TRACE_FORMAT_HELP),
     catalog_file: Path | None = typer.Option(
         None, "--catalog", exists=True, dir_okay=False, help="Catalog (default: virtual sizes)."

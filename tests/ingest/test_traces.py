@@ -94,6 +94,29 @@ def test_azure_start_shifts_every_timestamp_and_reading_is_deterministic(azure_s
     pd.testing.assert_frame_equal(a, read_trace(azure_sample, "azure2019"))
 
 
+def test_azure_2019_day_files_read_together_are_consecutive_days_in_the_order_given(
+    azure_sample: Path, tmp_path: Path
+) -> None:
+    # The dataset publishes one file a day; each alone starts at the same midnight.
+    day = read_trace(azure_sample, "azure2019")
+    both = read_trace([azure_sample, azure_sample], "azure2019")
+    assert len(both) == 2 * len(day)
+    first, second = both.iloc[: len(day)], both.iloc[len(day) :]
+    pd.testing.assert_frame_equal(first.reset_index(drop=True), day)
+    assert np.allclose(second["timestamp"].to_numpy() - day["timestamp"].to_numpy(), 86400.0)
+    requests = _write(tmp_path, "timestamp,model\n10,a\n30,a\n")
+    assert read_trace([requests, requests], "requests")["timestamp"].tolist() == [10.0, 10.0, 30.0, 30.0]
+
+
+def test_azure_2019_day_files_joined_into_one_are_refused_with_what_to_do_instead(
+    azure_sample: Path, tmp_path: Path
+) -> None:
+    # Joined with their headers, as ``cat`` joins them: the second day's header is a row of the first.
+    text = azure_sample.read_text().rstrip("\n") + "\n"
+    with pytest.raises(InvalidInput, match=r"line \d+ is a header again.*give each day's file"):
+        read_trace(_write(tmp_path, text + text), "azure2019")
+
+
 def test_azure_bad_count_is_named_by_line_and_column(tmp_path: Path) -> None:
     header = "HashOwner,HashApp,HashFunction,Trigger," + ",".join(str(i) for i in range(1, 1441))
     row = "o,a," + "ab" * 32 + ",http," + ",".join(["0"] * 4 + ["x"] + ["0"] * 1435)

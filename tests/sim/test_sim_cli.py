@@ -132,6 +132,32 @@ def test_sim_run_refuses_a_histogram_range_past_a_week_before_allocating_its_bin
     assert "whole number of minutes from 1 to 10,080" in result.output
 
 
+def test_sim_run_trains_on_one_azure_2019_day_file_and_simulates_the_next(
+    azure_samples: Path, tmp_path: Path
+) -> None:
+    day = azure_samples / "invocations.csv"
+    args = ["sim", "run", "--trace", str(day), "--trace", str(day), "--format", "azure2019"]
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            *args,
+            "--train-days",
+            "1",
+            "--sim-hours",
+            "24",
+            "--unlimited",
+            "--policy",
+            "reactive",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    day_requests = int(pd.read_csv(day).filter(regex=r"^\d+$").to_numpy().sum())
+    assert json.loads(out.read_text())["reactive"]["requests"] == day_requests  # the second day, whole
+
+
 def test_sim_run_reads_an_azure_2021_trace_as_the_same_requests(trace: Path, tmp_path: Path) -> None:
     events = pd.read_csv(trace)
     hashes = {m: hashlib.sha256(m.encode()).hexdigest() for m in events["model"].unique()}
