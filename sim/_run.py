@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models import Catalog
-from prewarm import ExecutorState, Hint, InvalidInput, Order, OrderStatus, Tier, abridged
+from prewarm import ExecutorState, Hint, InvalidInput, Order, OrderStatus, Tier, abridged, get_logger
 from scheduler import Cluster, PlannerConfig
 from sim._links import Clock
 from sim._metrics import Record, SimMetrics, metrics
@@ -51,6 +51,10 @@ WARMUP_S = 4 * 3600.0
 
 _MAX_PAST_END_S = 86400.0
 """How far the simulated window may run past the trace's last request (a trace has no declared end)."""
+_WARN_PAST_END_S = 3600.0
+"""A window that runs this far past the last request is simulated, with a warning."""
+
+log = get_logger(__name__)
 
 Progress = Callable[[str, float], None]
 """``progress(label, fraction of the window simulated)``, called now and then."""
@@ -301,7 +305,8 @@ def _cut(events: Any, history: History, catalog: Catalog, *, train_days: float, 
     """Where training ends and the simulated window begins. A split of the trace that leaves nothing
     to learn from or nothing to simulate is refused, saying where the trace's requests are (a window
     without requests of the catalog's models measures nothing), and so is a window that runs more than
-    a day past the trace's last request (an hour of it costs the clock 60 ticks and measures nothing)."""
+    a day past the trace's last request (an hour of it costs the clock 60 ticks and measures nothing);
+    one more than an hour past it is run, with a warning."""
     if not (math.isfinite(train_days) and train_days > 0):
         raise InvalidInput(f"the training span must be a positive number of days, not {train_days}")
     if not (math.isfinite(sim_hours) and sim_hours > 0):
@@ -324,6 +329,12 @@ def _cut(events: Any, history: History, catalog: Catalog, *, train_days: float, 
         raise InvalidInput(
             f"the simulated window runs {past / 86400:,.1f} days past the trace's last request: {span}; "
             f"simulate at most {most:,} hours after the first {train_days:g} days"
+        )
+    if past > _WARN_PAST_END_S:
+        log.warning(
+            "the simulated window runs past the trace's last request: its idle memory counts those hours, "
+            "and nothing else happens in them",
+            extra={"hours_past": round(past / 3600, 1)},
         )
     names = events["model"].to_numpy()[in_window].astype(str)
     asked = set(names.tolist())

@@ -105,6 +105,19 @@ def test_sim_run_refuses_a_split_that_leaves_nothing_to_train_on_or_to_simulate(
     assert said in result.output
 
 
+def test_sim_run_warns_of_a_window_running_hours_past_the_traces_last_request(
+    trace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The trace ends 23.8 hours after its first two days: a 40-hour window runs 16 hours past its end,
+    # hours in which only idle memory is counted.
+    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "40"]
+    with caplog.at_level("WARNING", logger="sim._run"):
+        result = CliRunner().invoke(app, [*args, "--unlimited", "--policy", "keepalive:600"])
+    assert result.exit_code == 0, result.output
+    [record] = [r for r in caplog.records if "past the trace's last request" in r.getMessage()]
+    assert record.hours_past == pytest.approx(16.2, abs=0.2)  # type: ignore[attr-defined]
+
+
 def test_sim_run_rejects_an_unknown_policy(trace: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app, ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "1", "--policy", "lru"]
