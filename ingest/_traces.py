@@ -90,14 +90,23 @@ def read_trace(
     return frame.iloc[order].reset_index(drop=True)
 
 
-def azure2019_minute_counts(path: str | Path, *, start: float | None = None) -> pd.DataFrame:
+def azure2019_minute_counts(
+    path: str | Path | Sequence[str | Path], *, start: float | None = None
+) -> pd.DataFrame:
     """Per-minute counts of an Azure 2019 invocations file: index epoch s of each minute, column per model.
 
-    Rows whose ``HashFunction`` maps to the same model id are summed. Tests compare the demand store's
-    counts against this frame.
+    Rows whose ``HashFunction`` maps to the same model id are summed. Several files are consecutive days
+    in the order given (as ``read_trace`` reads them), a model absent from a day counting 0 there. Tests
+    compare the demand store's counts against this frame.
     """
-    path = Path(path)
     origin = AZURE2019_DEFAULT_START if start is None else float(start)
+    if not isinstance(path, str | Path):
+        days = [azure2019_minute_counts(p, start=origin + k * 86_400.0) for k, p in enumerate(path)]
+        if not days:
+            raise InvalidInput("no trace file given", reason="missing")
+        joined = pd.concat(days).fillna(0).astype(np.int64)
+        return joined[sorted(joined.columns)]
+    path = Path(path)
     raw = _read_csv(path, dtype=str)
     missing = [key for key in _AZURE_KEYS if key not in raw.columns]
     if missing:

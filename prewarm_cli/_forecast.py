@@ -14,9 +14,10 @@ from typing import Any
 
 import typer
 
-from prewarm import InvalidInput, Settings
+from prewarm import InvalidInput, Settings, abridged
 from prewarm_cli._common import (
     TRACE_FORMAT_HELP,
+    TRACE_HELP,
     app_group,
     bench_app,
     check_png,
@@ -176,7 +177,7 @@ def _actual_counts(url: str, model: str, start: float, end: float, bucket_s: int
 @app.command("backtest")
 def backtest_cmd(
     ctx: typer.Context,
-    trace: Path = typer.Option(..., "--trace", help="Trace file (see --format)."),
+    trace: list[Path] = typer.Option(..., "--trace", help=TRACE_HELP),
     fmt: str = typer.Option("requests", "--format", help=TRACE_FORMAT_HELP),
     train_until: str = typer.Option(..., "--train-until", help="Epoch seconds or ISO-8601: end of training."),
     lead_minutes: int | None = typer.Option(None, "--lead-minutes", help="Lead (default: setting, 5)."),
@@ -197,12 +198,12 @@ def backtest_cmd(
     window = settings.forecast.window_minutes if window_minutes is None else window_minutes
     origin = parse_time(start, "--start") if start else None
     if trace_fmt == "azure2019":
-        # The file is per-minute counts of a whole day: use them as they are, trailing zeros included.
+        # Each file is per-minute counts of a whole day: use them as they are, trailing zeros included.
         history = History.from_frame(azure2019_minute_counts(trace, start=origin))
     else:
         events = read_trace(trace, trace_fmt, start=origin)
         if events.empty:
-            raise InvalidInput(f"{trace}: no events", reason="empty")
+            raise InvalidInput(f"{abridged([str(t) for t in trace])}: no events", reason="empty")
         history = History.from_events(events)
     config = selection_config(settings)
     report = backtest(

@@ -104,6 +104,10 @@ def test_azure_2019_day_files_read_together_are_consecutive_days_in_the_order_gi
     first, second = both.iloc[: len(day)], both.iloc[len(day) :]
     pd.testing.assert_frame_equal(first.reset_index(drop=True), day)
     assert np.allclose(second["timestamp"].to_numpy() - day["timestamp"].to_numpy(), 86400.0)
+    counts = azure2019_minute_counts([azure_sample, azure_sample])
+    assert counts.shape == (2 * 1440, 4)
+    assert (counts.iloc[1440:].to_numpy() == counts.iloc[:1440].to_numpy()).all()
+    assert counts.index[1440] == AZURE2019_DEFAULT_START + 86400
     requests = _write(tmp_path, "timestamp,model\n10,a\n30,a\n")
     assert read_trace([requests, requests], "requests")["timestamp"].tolist() == [10.0, 10.0, 30.0, 30.0]
 
