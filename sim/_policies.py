@@ -323,7 +323,7 @@ class KeepAlivePolicy(Policy):
     def still_wanted(self, order: Order, now: float) -> bool:
         if not (self._timer.owns(order) and self._timer.due(order)):
             return False  # a later request moved the timer on: replaced (``superseded``)
-        # A demotion of a model the LRU already moved out of GPU memory would load it back to L1.
+        # A demotion of a model the LRU already moved out of GPU memory would load it back from disk.
         closest = self._ctx.closest if self._ctx is not None else None
         return closest is None or closest(order.node, order.model) is Tier.L0
 
