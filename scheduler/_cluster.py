@@ -44,7 +44,7 @@ class _Strict(BaseModel):
 
 
 class GpuSpec(_Strict):
-    memory_bytes: Bytes
+    memory_bytes: Annotated[Bytes, Field(gt=0)]  # a GPU without memory is a typo: it would hold nothing
 
 
 class NodeSpec(_Strict):

@@ -37,6 +37,11 @@ def test_cluster_file_with_duplicate_nodes_is_a_config_error() -> None:
         Cluster.from_data({"nodes": [{"name": "a"}, {"name": "a"}]})
 
 
+def test_cluster_file_with_a_gpu_of_no_memory_is_a_config_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"nodes\.0\.gpus\.1\.memory_bytes"):
+        Cluster.from_data({"nodes": [{"name": "a", "gpus": [{"memory_bytes": "80GB"}, {"memory_bytes": 0}]}]})
+
+
 def test_executor_report_overrides_configured_capacity_and_bandwidth() -> None:
     r = report("gpu-a", {}, capacity={Tier.L0: 10 * GB, Tier.L1: 20 * GB, Tier.L2: 30 * GB})
     r = r.model_copy(update={"bandwidth_bytes_per_s": {"L3->L2": 2e9, "L2->L1": 0.0}})
