@@ -96,6 +96,7 @@ class _Valuer:
         self._keeps: dict[tuple[object, ...], tuple[float, float]] = {}
         self._figures: dict[tuple[object, ...], tuple[dict[Tier, float], dict[Tier, float]]] = {}
         self._prices: dict[int, dict[Tier, float]] = {}
+        self._nets: dict[tuple[object, ...], tuple[float, float, float]] = {}
 
     def weight(self, spec: ModelSpec) -> float:
         """What one second ``spec``'s requests wait, or one of its cold starts, weighs."""
@@ -170,12 +171,29 @@ class _Valuer:
         it counts like the cold start it was meant to avoid, so the threshold on P is then the same for
         a 2 GB and a 140 GB model. A resident already there (``move=False``) risks nothing.
         """
-        benefit = want.p * self.saved(spec, node, frm, to)
-        held = (want.t1 - want.t0) + self.lead(node, spec.size_bytes, frm, to)
+        saved, lead, wasted = self._net_figures(spec, node, frm, to)
+        benefit = want.p * saved
+        held = (want.t1 - want.t0) + lead
         cost = spec.size_bytes / 1e9 * held * self.config.price(to)
         if move:
-            cost += (1.0 - want.p) * self.wasted(spec, node, frm, to) * self.config.miss_penalty
+            cost += (1.0 - want.p) * wasted * self.config.miss_penalty
         return benefit - cost
+
+    def _net_figures(
+        self, spec: ModelSpec, node: NodeState, frm: Tier, to: Tier
+    ) -> tuple[float, float, float]:
+        """``saved``, ``lead`` and ``wasted`` for ``net``, which a round asks for each want of a model:
+        they do not depend on the want (a model with thousands of live hints was valued as many times)."""
+        weights = (self.weight(spec), self._miss_weight(spec))
+        key = (node.hop_rates, node.staging_busy, frm, to, spec.size_bytes, *weights, self._rate(spec))
+        kept = self._nets.get(key)
+        if kept is None:
+            kept = self._nets[key] = (
+                self.saved(spec, node, frm, to),
+                self.lead(node, spec.size_bytes, frm, to),
+                self.wasted(spec, node, frm, to),
+            )
+        return kept
 
     def wasted(self, spec: ModelSpec, node: NodeState, frm: Tier, to: Tier) -> float:
         """The seconds a wrong guess that moved ``spec`` from ``frm`` to ``to`` wasted: the hops into
