@@ -71,9 +71,7 @@ def read_trace(
         origin = AZURE2019_DEFAULT_START if start is None else float(start)
         day = 86_400.0 if fmt == "azure2019" else 0.0
         frames = [read_trace(p, fmt, start=origin + k * day) for k, p in enumerate(paths)]
-        frame = pd.concat(frames, ignore_index=True)
-        order = np.argsort(frame["timestamp"].to_numpy(), kind="stable")
-        return frame.iloc[order].reset_index(drop=True)
+        return _by_time(pd.concat(frames, ignore_index=True))
     path = Path(path)
     origin = AZURE2019_DEFAULT_START if start is None else float(start)
     if fmt == "requests":
@@ -86,6 +84,11 @@ def read_trace(
         raise InvalidInput(
             f"unknown trace format {fmt!r}; expected one of {', '.join(TRACE_FORMATS)}", reason="format"
         )
+    return _by_time(frame)
+
+
+def _by_time(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` sorted by timestamp, rows of one instant in the order they came."""
     order = np.argsort(frame["timestamp"].to_numpy(), kind="stable")
     return frame.iloc[order].reset_index(drop=True)
 
