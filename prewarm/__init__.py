@@ -91,7 +91,7 @@ from prewarm._settings import (
     load_settings,
     parse_overrides,
 )
-from prewarm._times import MAX_EPOCH_S, epoch_seconds, not_epoch_seconds
+from prewarm._times import MAX_EPOCH_S, epoch_seconds, iso_utc, not_epoch_seconds
 from prewarm._units import ByteRate, Bytes, format_bytes, parse_byte_rate, parse_bytes
 
 try:
@@ -175,6 +175,7 @@ __all__ = [
     "gpu_shards",
     "held_recency",
     "histogram",
+    "iso_utc",
     "known_schemes",
     "load_path",
     "load_settings",

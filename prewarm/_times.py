@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-__all__ = ["MAX_EPOCH_S", "epoch_seconds", "not_epoch_seconds"]
+__all__ = ["MAX_EPOCH_S", "epoch_seconds", "iso_utc", "not_epoch_seconds"]
 
 MAX_EPOCH_S = 1e11
 """Epoch seconds at or beyond this (the year 5138) are taken for milliseconds or microseconds: a
@@ -35,3 +35,9 @@ def epoch_seconds(text: str) -> float:
     if abs(value) >= MAX_EPOCH_S:
         raise ValueError(not_epoch_seconds(text))
     return value
+
+
+def iso_utc(t: float) -> str:
+    """Epoch seconds as ISO-8601 in UTC to the second (``2024-03-11T04:41:00Z``), as an operator reads
+    them in a report or an order's note; ``epoch_seconds`` reads them back."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from prewarm import InvalidInput, Settings, abridged
+from prewarm import InvalidInput, Settings, abridged, iso_utc
 from prewarm_cli._common import (
     TRACE_FORMAT_HELP,
     TRACE_HELP,
@@ -34,10 +33,6 @@ app = app_group("Train, inspect and backtest the per-model demand forecasters.")
 _JSON = typer.Option(
     None, "--json", callback=output_path, help="Write the result as JSON to this file ('-' = stdout)."
 )
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @app.command("train")
@@ -78,7 +73,7 @@ def train(
         result.bundle.save(out)
     payload: dict[str, Any] = {
         "models": len(result.bundle.models),
-        "trained_until": _iso(result.bundle.trained_until),
+        "trained_until": iso_utc(result.bundle.trained_until),
         "seconds": round(result.seconds, 2),
         "timings": result.timings,
         "engine": result.engine,
@@ -127,7 +122,7 @@ def show(
         counts = _actual_counts(settings.database_url, model, fc.start, fc.end, fc.bucket_s)
     rows = [
         {
-            "bucket_start": _iso(fc.start + i * fc.bucket_s),
+            "bucket_start": iso_utc(fc.start + i * fc.bucket_s),
             "expected": round(float(fc.expected[i]), 4),
             "p_any": round(float(fc.p_any[i]), 4),
             "actual": None if counts is None else int(counts[i]),
@@ -144,7 +139,7 @@ def show(
         "family": choice.family,
         "scale": choice.scale,
         "reason": choice.reason,
-        "trained_until": _iso(bundle.trained_until),
+        "trained_until": iso_utc(bundle.trained_until),
     }
     if json_out is not None:
         write_json({**header, "buckets": rows}, json_out)

@@ -7,7 +7,6 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from models import ModelSpec
@@ -227,8 +226,3 @@ class _Decision:
             hold_until=self.hold_until,
             note=self.note,
         )
-
-
-def _utc(t: float) -> str:
-    """Epoch seconds as an operator reads them in an order's note."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

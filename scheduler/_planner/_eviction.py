@@ -19,10 +19,10 @@ import numpy as np
 
 from forecaster import ModelForecast
 from models import ModelSpec
-from prewarm import CACHE_TIERS, Order, OrderAction, OrderReason, Tier
+from prewarm import CACHE_TIERS, Order, OrderAction, OrderReason, Tier, iso_utc
 from scheduler._cluster import ClusterState, NodeState
 from scheduler._planner._book import _BET_TIERS, _Book, _Entry, _make_room, _room_note, _Round
-from scheduler._planner._config import PlannerConfig, _Decision, _utc
+from scheduler._planner._config import PlannerConfig, _Decision
 from scheduler._planner._want import NO_WANTS
 
 
@@ -124,7 +124,7 @@ def _demote_mispredictions(rnd: _Round, cluster: ClusterState, nodes: Collection
                 rnd.mispredictions.append((name, r.model))
                 counted = "its predicted request" if predicted is not None else "its load"
                 window = config.misprediction_window_s
-                note = f"misprediction: unused {window:.0f} s from {counted} at {_utc(since)}"
+                note = f"misprediction: unused {window:.0f} s from {counted} at {iso_utc(since)}"
                 _demote_one_tier(
                     rnd, name, book, spec, tier, OrderReason.MISPREDICTION, key_time=since, note=note
                 )

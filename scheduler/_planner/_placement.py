@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from models import ModelSpec
-from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier, effect, gpu_shards
+from prewarm import CACHE_TIERS, OrderAction, OrderReason, Tier, effect, gpu_shards, iso_utc
 from scheduler._cluster import NodeState, copy_width
 from scheduler._planner._book import _Book, _Entry, _make_room, _room_note, _Round
-from scheduler._planner._config import _INF, Placement, _Decision, _utc
+from scheduler._planner._config import _INF, Placement, _Decision
 from scheduler._planner._want import NO_WANTS, _Reread, _Want, _Wants
 
 
@@ -490,7 +490,7 @@ def _want_note(want: _Want) -> str:
     """Why a prefetch is wanted, as its order's note says it."""
     if want.demand:
         return "a request is waiting"
-    return f"{want.reason.value}: P {want.p:.2f} of a request from {_utc(want.t0)} to {_utc(want.t1)}"
+    return f"{want.reason.value}: P {want.p:.2f} of a request from {iso_utc(want.t0)} to {iso_utc(want.t1)}"
 
 
 def _reserve(rnd: _Round, book: _Book, tier: Tier, value: float, newcomer: str) -> int:

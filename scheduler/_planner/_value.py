@@ -94,9 +94,10 @@ class _Valuer:
         self._gains: dict[tuple[object, ...], dict[Tier, float]] = {}
         self._weight: dict[str, float] = {}
         self._keeps: dict[tuple[object, ...], tuple[float, float]] = {}
-        self._figures: dict[tuple[object, ...], tuple[dict[Tier, float], dict[Tier, float]]] = {}
+        self._figures: dict[
+            tuple[object, ...], tuple[dict[Tier, float], dict[Tier, float], dict[Tier, float]]
+        ] = {}
         self._prices: dict[int, dict[Tier, float]] = {}
-        self._nets: dict[tuple[object, ...], tuple[float, float, float]] = {}
 
     def weight(self, spec: ModelSpec) -> float:
         """What one second ``spec``'s requests wait, or one of its cold starts, weighs."""
@@ -171,29 +172,18 @@ class _Valuer:
         it counts like the cold start it was meant to avoid, so the threshold on P is then the same for
         a 2 GB and a 140 GB model. A resident already there (``move=False``) risks nothing.
         """
-        saved, lead, wasted = self._net_figures(spec, node, frm, to)
-        benefit = want.p * saved
-        held = (want.t1 - want.t0) + lead
+        # What does not depend on the want, kept per model alike (a round asks ``net`` for each want of
+        # a model: a model with thousands of live hints was valued as many times).
+        saved, wasted, leads = self._tier_figures(spec, node, frm)
+        if to not in saved:  # not closer than ``frm``: nothing memoised for it
+            saved, wasted = {to: self.saved(spec, node, frm, to)}, {to: self.wasted(spec, node, frm, to)}
+            leads = {to: self.lead(node, spec.size_bytes, frm, to)}
+        benefit = want.p * saved[to]
+        held = (want.t1 - want.t0) + leads[to]
         cost = spec.size_bytes / 1e9 * held * self.config.price(to)
         if move:
-            cost += (1.0 - want.p) * wasted * self.config.miss_penalty
+            cost += (1.0 - want.p) * wasted[to] * self.config.miss_penalty
         return benefit - cost
-
-    def _net_figures(
-        self, spec: ModelSpec, node: NodeState, frm: Tier, to: Tier
-    ) -> tuple[float, float, float]:
-        """``saved``, ``lead`` and ``wasted`` for ``net``, which a round asks for each want of a model:
-        they do not depend on the want (a model with thousands of live hints was valued as many times)."""
-        weights = (self.weight(spec), self._miss_weight(spec))
-        key = (node.hop_rates, node.staging_busy, frm, to, spec.size_bytes, *weights, self._rate(spec))
-        kept = self._nets.get(key)
-        if kept is None:
-            kept = self._nets[key] = (
-                self.saved(spec, node, frm, to),
-                self.lead(node, spec.size_bytes, frm, to),
-                self.wasted(spec, node, frm, to),
-            )
-        return kept
 
     def wasted(self, spec: ModelSpec, node: NodeState, frm: Tier, to: Tier) -> float:
         """The seconds a wrong guess that moved ``spec`` from ``frm`` to ``to`` wasted: the hops into
@@ -223,6 +213,13 @@ class _Valuer:
         """Per tier closer than ``frm``: what a copy there saves a request on ``node`` (``saved``) and
         what a wrong guess that moved it there wastes (``wasted``). With them a candidate's wants are
         bounded as ``net`` computes it. (The same dicts for models alike.)"""
+        saved, wasted, _ = self._tier_figures(spec, node, frm)
+        return saved, wasted
+
+    def _tier_figures(
+        self, spec: ModelSpec, node: NodeState, frm: Tier
+    ) -> tuple[dict[Tier, float], dict[Tier, float], dict[Tier, float]]:
+        """``tier_figures`` and, per tier, the ``lead`` of the move there, by what they depend on."""
         rate = self._rate(spec)
         weights = (self.weight(spec), self._miss_weight(spec))
         key = (node.hop_rates, node.staging_busy, frm, spec.size_bytes, *weights, rate)
@@ -232,6 +229,7 @@ class _Valuer:
             kept = self._figures[key] = (
                 {t: self.saved(spec, node, frm, t) for t in tiers},
                 {t: self.wasted(spec, node, frm, t) for t in tiers},
+                {t: self.lead(node, spec.size_bytes, frm, t) for t in tiers},
             )
         return kept
 

@@ -28,7 +28,7 @@ from scheduler_builders import (
 
 from forecaster import ModelForecast
 from models import Catalog, ModelSpec, PriorityClass
-from prewarm import ExecutorState, Order, OrderAction, OrderReason, Tier
+from prewarm import ExecutorState, Order, OrderAction, OrderReason, Tier, iso_utc
 from scheduler import (
     DEMAND_SOURCE,
     Cluster,
@@ -39,7 +39,6 @@ from scheduler import (
     plan_detailed,
 )
 from scheduler._cluster import Departures
-from scheduler._planner._config import _utc
 from scheduler._planner._value import _hop_times, _Valuer
 
 CONFIG = PlannerConfig()
@@ -362,7 +361,7 @@ def test_each_order_says_in_its_note_which_rule_made_it() -> None:
     # A guess, a waiting request and the room made for it, a misprediction, the price of memory.
     cat = catalog(spec("m", 5 * GB))
     [guess] = plan(NOW, {"m": flat_forecast("m", 0.9)}, [], cat, state(cluster("a")), CONFIG)
-    assert guess.note == f"forecast: P 1.00 of a request from {_utc(NOW)} to {_utc(NOW + 600)}"
+    assert guess.note == f"forecast: P 1.00 of a request from {iso_utc(NOW)} to {iso_utc(NOW + 600)}"
 
     old = resident("old", 50 * GB, loaded_at=NOW - 3600, last_used=NOW - 3000, gpus=[0])
     r = report("a", {Tier.L0: [old], Tier.L2: [old]}, capacity=CAP, gpus=[80 * GB])
@@ -379,7 +378,7 @@ def test_each_order_says_in_its_note_which_rule_made_it() -> None:
     bet = prefetch("m", Tier.L1, NOW - 700)
     judged = ClusterState.merge(cluster("a"), {"a": r}, recent=[bet], predicted={bet.id: NOW - 650})
     [demote] = plan(NOW, {}, [], catalog(spec("m", 5 * GB)), judged, CONFIG)
-    assert demote.note == f"misprediction: unused 600 s from its predicted request at {_utc(NOW - 650)}"
+    assert demote.note == f"misprediction: unused 600 s from its predicted request at {iso_utc(NOW - 650)}"
 
     idle = resident("rare", 20 * GB, loaded_at=NOW - 3600, last_used=NOW - 600)
     r = report("a", {Tier.L0: [idle]}, capacity={Tier.L0: 10_000 * GB, Tier.L1: 0, Tier.L2: 0})

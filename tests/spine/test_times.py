@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from prewarm import MAX_EPOCH_S, InvalidInput, epoch_seconds
+from prewarm import MAX_EPOCH_S, InvalidInput, epoch_seconds, iso_utc
 from prewarm_cli._common import parse_time
 
 
@@ -18,6 +18,11 @@ from prewarm_cli._common import parse_time
 )
 def test_epoch_seconds_reads_numbers_and_iso_times_in_utc(text: str, seconds: float) -> None:
     assert epoch_seconds(text) == seconds
+
+
+def test_iso_utc_writes_the_second_in_utc_that_epoch_seconds_reads_back() -> None:
+    assert iso_utc(1_700_000_000.0) == "2023-11-14T22:13:20Z"
+    assert epoch_seconds(iso_utc(1_700_000_000.7)) == 1_700_000_000.0  # to the second
 
 
 @pytest.mark.parametrize(
