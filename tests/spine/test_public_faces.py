@@ -143,6 +143,7 @@ PINNED = {
         "gpu_placement",
         "gpu_shards",
         "held_recency",
+        "iso_utc",
         "load_path",
         "lru_victims",
         "not_epoch_seconds",
