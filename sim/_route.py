@@ -103,31 +103,41 @@ class Router:
     def choose(self, model: str, size: int) -> Node:
         """The node a load of ``model`` on request goes to (``World._route``'s rule)."""
         able = self.able(size)
-        holders = self.holders.get(model, ())
-        found: dict[str, Copy] = {}  # holder -> its closest copy, on the nodes able to load it
+        if len(able) == 1:
+            return able[0]
+        ranks: dict[str, Rank] = {}  # holder -> its rank loading from its closest copy, on the able nodes
         level: dict[str, int] = {}
-        for name in holders:
+        for name in self.holders.get(model, ()):
             node = self.nodes[name]
             copy = node.closest(model)
             if copy is not None and node.shards(size) is not None:
-                found[name] = copy
+                ranks[name] = self._rank_holder(node, copy, size)
                 level[name] = _CAPPED[copy.tier]
         top = min(level.values(), default=_L2)
-        if top < _L2:
-            # Staged in host (or GPU) memory somewhere: only those nodes are considered.
-            staged = [self.nodes[n] for n, lv in level.items() if lv == top]
-            if len(staged) == 1:
-                return staged[0]
-            staged.sort(key=self.position)
-            return min(staged, key=lambda n: self._rank_holder(n, found[n.name], size))
-        if len(able) == 1:
-            return able[0]
-        ranks = [self._rank_holder(self.nodes[n], found[n], size) for n in level]
-        if len(level) < len(able):
+        staged = min((r for n, r in ranks.items() if level[n] == top), default=None) if top < _L2 else None
+        if staged is not None and not self._drops_to_disk(self._by_order[staged[3]], size):
+            return self._by_order[staged[3]]  # staged in host (or GPU) memory
+        # Loading where it is staged would push a copy out to disk: a node with room is taken instead.
+        others = [r for n, r in ranks.items() if level[n] != top or staged is None]
+        if len(ranks) < len(able):
             # A node ranked as holding no copy loads from object storage: slower than from its own disk
-            # copy, all else equal. When every able node holds a disk copy, that rank cannot be least.
-            ranks.append(self._least(size, able))
-        return self._by_order[min(ranks)[3]]
+            # copy, all else equal. When every able node holds a copy, that rank cannot be least.
+            others.append(self._least(size, able))
+        best = min(others, default=None)  # None: every able node holds the model staged
+        if staged is not None and (best is None or best[0] != -INF):
+            return self._by_order[staged[3]]  # every node would displace a copy: the staged one
+        assert best is not None  # no staged copy: some node ranked
+        return self._by_order[best[3]]
+
+    @staticmethod
+    def _drops_to_disk(node: Node, size: int) -> bool:
+        """Whether room for ``size`` bytes on ``node``'s GPUs displaces a copy too large for its host
+        memory, whose next load would then come from disk."""
+        room = node.gpu_room(size + node.coming)
+        if room is None:
+            return False
+        host, l0 = node.capacity[Tier.L1], node.copies[Tier.L0]
+        return any(l0[v].bytes > host for v in room[1])
 
     def _rank_holder(self, node: Node, copy: Copy, size: int) -> Rank:
         """``rank`` of a node holding ``copy``, loading from its tier (and counting what it has still to

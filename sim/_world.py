@@ -129,9 +129,13 @@ class World:
         across the cluster; the loads already on their way to a node's GPUs count as there, so a burst
         of first requests is not sent to one node that only looks empty because their downloads have
         not landed), then where the load is quickest (a copy still arriving counts what it has left
-        to move). A disk copy does not tie a model to its
-        node: every node can fetch from object storage, and sending every load to the node that happened
-        to cache it first would leave the others idle."""
+        to move). A disk copy does not tie a model to its node: every node can fetch from object
+        storage, and sending every load to the node that happened to cache it first would leave the
+        others idle. Nor does a host copy whose node would displace a GPU copy too large for its host
+        memory while another node has room: on a cluster whose GPUs hold every model but whose host
+        memory is small, a 140 GB model loaded on request pushed a node's small models to its host
+        memory, their next requests came back to that node and pushed it out to disk, and it went on to
+        displace the next node's (docs/benchmarks.md, the thirty-seventh stop)."""
         node = self.router.choose(model, self.catalog[model].size_bytes)
         # The request counts before its load asks the disk for room, as the executor counts a load on
         # request before it loads (``prewarm.admits`` weighs the newcomer with it).

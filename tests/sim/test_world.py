@@ -307,6 +307,31 @@ def test_a_request_goes_to_a_ready_disk_copy_not_to_a_prefetch_whose_download_ha
     assert _waits(world)[-1] == pytest.approx(0.0, abs=1e-3)
 
 
+@pytest.mark.parametrize(
+    ("host", "n2_full", "loads_on"),
+    [("50GB", False, "n2"), ("50GB", True, "n1"), ("100GB", False, "n1")],
+)
+def test_a_host_copy_draws_its_load_unless_that_pushes_a_copy_too_large_for_host_memory_to_disk(
+    host: str, n2_full: bool, loads_on: str
+) -> None:
+    # x is staged in n1's host memory; y fills n1's GPU, and loading x there displaces it. Where n1's
+    # host memory cannot hold y, y's next load would come from disk: x loads on n2 while its GPU has
+    # room, and y stays. Where n2 is full too, or n1's host memory can keep y, the host copy decides.
+    # (On a cluster whose GPUs hold every model, a 140 GB model pushed a node's small models to its
+    # host memory; their reloads there pushed it out to disk, and on to the next node.)
+    catalog = _catalog({"x": 30 * GB, "y": 60 * GB, "z": 70 * GB})
+    world = _world(_cluster(("80GB",), host=host, nodes=2), catalog)
+    world.apply(_order("x", OrderAction.PREFETCH, Tier.L1, T0, catalog), T0)
+    assert _request(world, "y", T0 + 1) == "n1"
+    if n2_full:
+        assert _request(world, "z", T0 + 2) == "n2"
+    world.clock.run_until(SETTLED)
+
+    assert _request(world, "x", SETTLED) == loads_on
+    _settle(world)
+    assert _l0(world, "n1") == ({"y": [0]} if loads_on == "n2" else {"x": [0]})
+
+
 def test_first_requests_arriving_together_are_not_piled_onto_the_node_that_looked_emptiest() -> None:
     # Both downloads take a minute before either takes GPU memory. Counting only the bytes already in
     # GPU memory, both nodes look empty and b follows a to n1, where it would displace a when it lands.
