@@ -387,7 +387,7 @@ def bench_policy(
     where: list[str] | None = typer.Option(
         None,
         "--setting",
-        help="unlimited, tight or roomy (repeatable; default: all three, or none with --cluster).",
+        help="unlimited, tight or roomy (repeatable; default: all three; none with --cluster, --roomy-like).",
     ),
     cluster_files: list[Path] | None = typer.Option(
         None,
@@ -395,6 +395,14 @@ def bench_policy(
         exists=True,
         dir_okay=False,
         help="Also run every case on this cluster file, judged as tight is (repeatable; named by its stem).",
+    ),
+    roomy_files: list[Path] | None = typer.Option(
+        None,
+        "--roomy-like",
+        exists=True,
+        dir_okay=False,
+        help="Also run every case on as many nodes like this cluster file's first one as hold the case's "
+        "models in GPU memory at once (its bandwidth), judged as roomy is (repeatable; named roomy-STEM).",
     ),
     policies: list[str] | None = typer.Option(None, "--policy", help="Policy label (repeatable)."),
     out: Path | None = typer.Option(
@@ -407,7 +415,7 @@ def bench_policy(
     """Every policy on every case of the trace suite, unlimited / tight / roomy or on a cluster file, and
     prewarm's targets."""
     from scheduler import Cluster
-    from sim import DEFAULT_POLICIES, SETTINGS, SUITE_CASES, run_policy_bench, suite
+    from sim import DEFAULT_POLICIES, SETTINGS, SUITE_CASES, roomy_cluster, run_policy_bench, suite
 
     if role not in ("tune", "judge", "all"):
         fail(f"--role must be tune, judge or all, not {role!r}")
@@ -417,18 +425,31 @@ def bench_policy(
     if draw < 0:
         fail(f"--draw is 0 (the suite) or a positive number, not {draw}")
     clusters: dict[str, Cluster] = {}
-    for path in cluster_files or ():
-        if path.stem in SETTINGS or path.stem in clusters:
-            fail(f"--cluster {path}: its name {path.stem!r} is taken; rename the file")
-        clusters[path.stem] = Cluster.load(path)
+    roomy_like: dict[str, Cluster] = {}
+    for option, paths, named, prefix in (
+        ("--cluster", cluster_files, clusters, ""),
+        ("--roomy-like", roomy_files, roomy_like, "roomy-"),
+    ):
+        for path in paths or ():
+            name = prefix + path.stem
+            if name in SETTINGS or name in clusters or name in roomy_like:
+                fail(f"{option} {path}: its name {name!r} is taken; rename the file")
+            named[name] = Cluster.load(path)
     chosen = [c for c in suite(cases or None, draw=draw) if role in ("all", c.role)]
+    for name, like in roomy_like.items():
+        for case in chosen:
+            try:
+                roomy_cluster(case.catalog, like)
+            except ValueError as e:
+                fail(f"--roomy-like {name.removeprefix('roomy-')}: {e} ({case.name})")
     quiet = out is not None and str(out) == "-"
     bench = run_policy_bench(
         chosen,
         settings_of(ctx),
         labels=policies or DEFAULT_POLICIES,
-        where=[*(where or ([] if clusters else SETTINGS)), *clusters],
+        where=[*(where or ([] if clusters or roomy_like else SETTINGS)), *clusters, *roomy_like],
         clusters=clusters,
+        roomy_like=roomy_like,
         progress=None if quiet else (lambda line: typer.echo(line, err=True)),
     )
     typer.echo(bench.table(), err=quiet)

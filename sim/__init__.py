@@ -19,6 +19,7 @@ install()  # before the modules it names are imported: the compiled run loop, wh
 
 from sim._bench import SETTINGS, PolicyBench, Target, judge, run_policy_bench
 from sim._bound import poisson_idle_bound
+from sim._generators import roomy_cluster
 from sim._hints import read_hints
 from sim._histogram import HistogramPolicy, IdleHistogram, Windows
 from sim._metrics import MISPREDICTED_BY, SimMetrics, metrics
@@ -113,6 +114,7 @@ __all__ = [
     "policy_kinds",
     "read_hints",
     "register_policy",
+    "roomy_cluster",
     "run_policies",
     "run_policy_bench",
     "running_compiled",

@@ -11,6 +11,8 @@ Settings:
 - ``roomy`` — everything fits in GPU memory. Target: never more cold starts than ``reactive``.
 - a cluster of the caller's (``clusters``, named by the caller; ``prewarm bench policy --cluster FILE``)
   — judged by the tight cluster's targets: the suite's traffic on a shape the suite does not have.
+- a roomy cluster of the caller's nodes (``roomy_like``: as many nodes like a cluster's first one as
+  hold the case's catalogue at once; ``prewarm bench policy --roomy-like FILE``) — judged as ``roomy``.
 
 A ratio whose baseline is 0 is met only when prewarm is 0 too. One forecaster fit per case serves all
 three settings. Cases carry a role (``tune`` / ``judge``): the summary reports the two sets apart, since
@@ -25,6 +27,7 @@ from typing import Any
 
 from scheduler import Cluster
 from sim._bound import poisson_idle_bound
+from sim._generators import roomy_cluster
 from sim._metrics import SimMetrics
 from sim._policies import DEFAULT_POLICIES
 from sim._run import fit_forecasts, run_policies
@@ -206,18 +209,20 @@ def run_policy_bench(
     labels: Sequence[str] = DEFAULT_POLICIES,
     where: Sequence[str] = SETTINGS,
     clusters: Mapping[str, Cluster] | None = None,
+    roomy_like: Mapping[str, Cluster] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> PolicyBench:
     """Fit the forecaster once per case on its training days, then run ``labels`` in each setting of
     ``where`` and judge prewarm there (when ``labels`` holds what the targets compare). A setting of
     ``where`` not in ``SETTINGS`` is one of ``clusters``, each case run on that cluster and judged as
-    ``tight`` is."""
+    ``tight`` is, or one of ``roomy_like``, each case run on ``roomy_cluster`` of its nodes and judged as
+    ``roomy`` is."""
     import time
 
     from scheduler import PlannerConfig
 
-    clusters = clusters or {}
-    unknown = [s for s in where if s not in SETTINGS and s not in clusters]
+    clusters, roomy_like = clusters or {}, roomy_like or {}
+    unknown = [s for s in where if s not in SETTINGS and s not in clusters and s not in roomy_like]
     if unknown:
         raise ValueError(f"unknown settings {unknown}: {', '.join(SETTINGS)} or a cluster given by name")
     bench = PolicyBench()
@@ -230,7 +235,13 @@ def run_policy_bench(
         for setting in where:
             if progress is not None:
                 progress(f"{case.name} ({case.role}): {setting}")
-            cluster = clusters.get(setting) or (None if setting == "unlimited" else case.clusters[setting])
+            cluster: Cluster | None
+            if setting in roomy_like:
+                cluster, kind = roomy_cluster(case.catalog, roomy_like[setting]), "roomy"
+            elif setting in clusters:
+                cluster, kind = clusters[setting], "tight"
+            else:
+                cluster, kind = (None if setting == "unlimited" else case.clusters[setting]), setting
             results = run_policies(
                 case.events,
                 case.catalog,
@@ -245,7 +256,6 @@ def run_policy_bench(
             )
             bench.runs.setdefault(case.name, {})[setting] = results
             if comparable:
-                kind = "tight" if setting in clusters else setting
                 bench.targets.extend(judge(case, setting, results, kind=kind))
                 bound = unlimited_bound(case, results) if setting == "unlimited" else None
                 if bound is not None:

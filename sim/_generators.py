@@ -354,26 +354,27 @@ def fits_at_once(sizes: Sequence[int], cluster: Cluster) -> bool:
     return True
 
 
-def roomy_cluster(catalog: Catalog) -> Cluster:
-    """Enough nodes of 8 × 80 GB GPUs (2 TB host cache, 8 TB NVMe each) that every model of ``catalog``
-    is in GPU memory at once: nothing ever needs the room, so unloading anything only costs."""
+_ROOMY_NODE = {"gpus": [{"memory_bytes": "80GB"}] * 8, "host_cache_bytes": "2TB", "disk_cache_bytes": "8TB"}
+
+
+def roomy_cluster(catalog: Catalog, like: Cluster | None = None) -> Cluster:
+    """Enough nodes shaped like ``like``'s first one, with its bandwidth (default: 8 × 80 GB GPUs, 2 TB host
+    cache, 8 TB NVMe each), that every model of ``catalog`` is in GPU memory at once: nothing ever needs
+    the room, so unloading anything only costs. ValueError where such a node cannot hold some model."""
+    shape = _ROOMY_NODE if like is None else like.nodes[0].model_dump(exclude={"name"})
+    bandwidth = _BANDWIDTH if like is None else like.bandwidth.model_dump()
     sizes = [spec.size_bytes for spec in catalog]
-    nodes = max(1, int(np.ceil(sum(sizes) / (640 * GB))))
-    while True:
-        cluster = Cluster.from_data(
-            {
-                "nodes": [
-                    {
-                        "name": f"gpu-{k}",
-                        "gpus": [{"memory_bytes": "80GB"}] * 8,
-                        "host_cache_bytes": "2TB",
-                        "disk_cache_bytes": "8TB",
-                    }
-                    for k in range(nodes)
-                ],
-                "bandwidth": _BANDWIDTH,
-            }
+
+    def of(nodes: int) -> Cluster:
+        return Cluster.from_data(
+            {"nodes": [{"name": f"gpu-{k}", **shape} for k in range(nodes)], "bandwidth": bandwidth}
         )
-        if fits_at_once(sizes, cluster):
-            return cluster
-        nodes += 1
+
+    one = of(1)
+    if sizes and not fits_at_once([max(sizes)], one):
+        name = "the default roomy node" if like is None else f"node {like.nodes[0].name}"
+        raise ValueError(f"the GPUs of {name} cannot hold a model of {max(sizes) / GB:g} GB")
+    nodes = max(1, int(np.ceil(sum(sizes) / one.nodes[0].l0_bytes)))
+    while not fits_at_once(sizes, cluster := of(nodes)):
+        nodes += 1  # ends: with one node per model, each is alone on a node that holds it
+    return cluster

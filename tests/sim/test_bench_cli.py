@@ -99,3 +99,30 @@ def test_bench_policy_runs_the_suite_on_a_cluster_file_and_judges_it_as_tight(tm
     targets = report["targets"]
     assert {t["setting"] for t in targets} == {"wide"}
     assert [t["name"].split(" ")[0] for t in targets] == [">5", "idle", ">5", "mispredictions"]
+
+
+def test_bench_policy_runs_the_suite_on_roomy_nodes_like_a_cluster_files_and_judges_them_as_roomy(
+    tmp_path: Path,
+) -> None:
+    node = tmp_path / "pair.yaml"
+    node.write_text(
+        "nodes:\n- {name: n0, gpus: [{memory_bytes: 80GB}, {memory_bytes: 80GB}], host_cache_bytes: 64GB}\n"
+    )
+    out = tmp_path / "bench.json"
+    args = ["bench", "policy", "--case", "azure_samples", "--roomy-like", str(node), "--json", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert list(report["runs"]["azure_samples"]) == ["roomy-pair"]
+    assert [(t["setting"], t["name"]) for t in report["targets"]] == [
+        ("roomy-pair", "cold starts ≤ reactive")
+    ]
+
+
+def test_bench_policy_refuses_roomy_nodes_whose_gpus_cannot_hold_the_largest_model(tmp_path: Path) -> None:
+    node = tmp_path / "small.yaml"
+    node.write_text("nodes:\n- {name: n0, gpus: [{memory_bytes: 80GB}]}\n")
+    _refused(
+        ["bench", "policy", "--case", "azure_samples", "--roomy-like", str(node)],
+        "the GPUs of node n0 cannot hold a model of",
+    )

@@ -16,8 +16,8 @@ from ingest import azure_model_id, generate, read_trace
 from models import Catalog
 from prewarm import gpu_placement
 from scheduler import Cluster
-from sim import SUITE_CASES, Case, suite, write_case
-from sim._generators import mixed_cluster
+from sim import SUITE_CASES, Case, roomy_cluster, suite, write_case
+from sim._generators import fits_at_once, mixed_cluster
 from tests.conftest import AZURE_SAMPLES, REPO
 
 GB = 10**9
@@ -487,3 +487,22 @@ def test_hawkes_mix_models_have_the_gaps_of_their_kind(cases: dict[str, Case]) -
         weekday, hour = (local // 86400 + 3) % 7, (local % 86400) / 3600
         assert ((weekday < 5) & (hour >= 9) & (hour < 17)).all(), model
         assert (stamps >= case.cut).any(), model  # the simulated window falls on weekdays
+
+
+def test_a_roomy_cluster_like_a_given_node_is_the_fewest_such_nodes_that_hold_every_model(
+    cases: dict[str, Case],
+) -> None:
+    like = Cluster.from_data(
+        {
+            "nodes": [{"name": "x", "gpus": [{"memory_bytes": "80GB"}] * 2, "host_cache_bytes": "64GB"}],
+            "bandwidth": {"l3_bytes_per_s": "3GB/s"},
+        }
+    )
+    catalog = cases["moving_peak"].catalog
+    roomy = roomy_cluster(catalog, like)
+    sizes = [spec.size_bytes for spec in catalog]
+    assert fits_at_once(sizes, roomy)
+    fewer = Cluster.from_data({**roomy.model_dump(), "nodes": roomy.model_dump()["nodes"][:-1]})
+    assert not fits_at_once(sizes, fewer)
+    assert {(len(n.gpus), n.host_cache_bytes) for n in roomy.nodes} == {(2, 64 * 10**9)}
+    assert roomy.bandwidth == like.bandwidth

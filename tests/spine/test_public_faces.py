@@ -320,6 +320,7 @@ PINNED = {
         "policy_kinds",
         "read_hints",
         "register_policy",
+        "roomy_cluster",
         "run_policies",
         "run_policy_bench",
         "simulate",
