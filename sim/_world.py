@@ -176,27 +176,23 @@ class World:
         """Count what a load a request waits on asks of each link it has still to cross, when it starts
         to wait: under a link that cannot keep up this is more than the link moves, and the difference
         is the backlog. A prefetch asks nothing until a request waits on it: loads on request pre-empt
-        prefetches, so a prefetch backlog delays no request by itself (``metrics``: ``stable``)."""
-        node, now = job.node, self.clock.now
+        prefetches, so a prefetch backlog delays no request by itself (``metrics``: ``stable``). The hop
+        under way asks what it has left to move now, the hops after it the whole size."""
+        node, now, link = job.node, self.clock.now, job.link
         for i, tier in enumerate(job.hops):
-            moving = i == 0 and job.link is not None
-            self.record.asked(node.link_key[tier], job.left if moving else job.size, now)
+            left = link.left(job) if i == 0 and link is not None else job.size
+            self.record.asked(node.link_key[tier], left, now)
 
     def window_begins(self, _: None = None) -> None:
         """The window begins: each demand load still in flight from the warm-up asks what it has left,
         as its requests would had they come now. Requests in the window that wait on such a load ask
         nothing more, so a link that could not keep up since before the cut had shown an offered load of
         0 (``metrics``: ``stable``)."""
-        now = self.clock.now
         for node in self.nodes.values():
             for jobs in node.jobs.values():
                 for job in jobs:
-                    if not job.demand or job.done:
-                        continue
-                    for i, tier in enumerate(job.hops):
-                        moving = i == 0 and job.link is not None
-                        left = job.link.left(job) if moving and job.link is not None else job.size
-                        self.record.asked(node.link_key[tier], left, now)
+                    if job.demand and not job.done:
+                        self._ask(job)
 
     def _job(self, node: Node, model: str, target: Tier, *, demand: bool, order: Order | None) -> Job:
         size = self.catalog[model].size_bytes
