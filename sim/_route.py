@@ -105,28 +105,41 @@ class Router:
         able = self.able(size)
         if len(able) == 1:
             return able[0]
-        ranks: dict[str, Rank] = {}  # holder -> its rank loading from its closest copy, on the able nodes
+        found: dict[str, Copy] = {}  # holder -> its closest copy, on the nodes able to load it
         level: dict[str, int] = {}
         for name in self.holders.get(model, ()):
             node = self.nodes[name]
             copy = node.closest(model)
             if copy is not None and node.shards(size) is not None:
-                ranks[name] = self._rank_holder(node, copy, size)
+                found[name] = copy
                 level[name] = _CAPPED[copy.tier]
         top = min(level.values(), default=_L2)
-        staged = min((r for n, r in ranks.items() if level[n] == top), default=None) if top < _L2 else None
-        if staged is not None and not self._drops_to_disk(self._by_order[staged[3]], size):
-            return self._by_order[staged[3]]  # staged in host (or GPU) memory
-        # Loading where it is staged would push a copy out to disk: a node with room is taken instead.
-        others = [r for n, r in ranks.items() if level[n] != top or staged is None]
-        if len(ranks) < len(able):
+        staged: Node | None = None
+        if top < _L2:
+            # Staged in host (or GPU) memory somewhere: the load goes there, unless room there pushes a
+            # copy out to disk (``_drops_to_disk``) and another node has room without displacing any.
+            nearest = [n for n, lv in level.items() if lv == top]
+            if len(nearest) == 1:
+                staged = self.nodes[nearest[0]]
+            else:
+                staged = self._by_order[
+                    min(self._rank_holder(self.nodes[n], found[n], size) for n in nearest)[3]
+                ]
+            if not self._drops_to_disk(staged, size):
+                return staged
+        ranks = [
+            self._rank_holder(self.nodes[n], found[n], size)
+            for n, lv in level.items()
+            if lv != top or staged is None
+        ]
+        if len(found) < len(able):
             # A node ranked as holding no copy loads from object storage: slower than from its own disk
             # copy, all else equal. When every able node holds a copy, that rank cannot be least.
-            others.append(self._least(size, able))
-        best = min(others, default=None)  # None: every able node holds the model staged
+            ranks.append(self._least(size, able))
+        best = min(ranks, default=None)  # None: every able node holds the model staged
         if staged is not None and (best is None or best[0] != -INF):
-            return self._by_order[staged[3]]  # every node would displace a copy: the staged one
-        assert best is not None  # no staged copy: some node ranked
+            return staged  # no other node has room without displacing a copy: the staged one
+        assert best is not None  # nothing staged: some node was ranked
         return self._by_order[best[3]]
 
     @staticmethod
