@@ -415,7 +415,7 @@ def bench_policy(
     """Every policy on every case of the trace suite, unlimited / tight / roomy or on a cluster file, and
     prewarm's targets."""
     from scheduler import Cluster
-    from sim import DEFAULT_POLICIES, SETTINGS, SUITE_CASES, roomy_cluster, run_policy_bench, suite
+    from sim import DEFAULT_POLICIES, SETTINGS, SUITE_CASES, run_policy_bench, suite
 
     if role not in ("tune", "judge", "all"):
         fail(f"--role must be tune, judge or all, not {role!r}")
@@ -436,12 +436,6 @@ def bench_policy(
                 fail(f"{option} {path}: its name {name!r} is taken; rename the file")
             named[name] = Cluster.load(path)
     chosen = [c for c in suite(cases or None, draw=draw) if role in ("all", c.role)]
-    for name, like in roomy_like.items():
-        for case in chosen:
-            try:
-                roomy_cluster(case.catalog, like)
-            except ValueError as e:
-                fail(f"--roomy-like {name.removeprefix('roomy-')}: {e} ({case.name})")
     quiet = out is not None and str(out) == "-"
     bench = run_policy_bench(
         chosen,

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prewarm import InvalidInput
 from scheduler import Cluster
 from sim._bound import poisson_idle_bound
 from sim._generators import roomy_cluster
@@ -225,6 +226,15 @@ def run_policy_bench(
     unknown = [s for s in where if s not in SETTINGS and s not in clusters and s not in roomy_like]
     if unknown:
         raise ValueError(f"unknown settings {unknown}: {', '.join(SETTINGS)} or a cluster given by name")
+    # Every roomy cluster of the caller's nodes before any work: a node too small for a case's largest
+    # model is refused now, not after the cases before it have run.
+    roomy: dict[tuple[str, str], Cluster] = {}
+    for setting, like in roomy_like.items():
+        for case in cases:
+            try:
+                roomy[case.name, setting] = roomy_cluster(case.catalog, like)
+            except InvalidInput as e:
+                raise InvalidInput(f"{setting}, {case.name}: {e}", reason=e.reason) from None
     bench = PolicyBench()
     planner = PlannerConfig.from_settings(settings.scheduler)
     comparable = {"prewarm", "oracle", *BASELINES} <= set(labels)
@@ -237,7 +247,7 @@ def run_policy_bench(
                 progress(f"{case.name} ({case.role}): {setting}")
             cluster: Cluster | None
             if setting in roomy_like:
-                cluster, kind = roomy_cluster(case.catalog, roomy_like[setting]), "roomy"
+                cluster, kind = roomy[case.name, setting], "roomy"
             elif setting in clusters:
                 cluster, kind = clusters[setting], "tight"
             else:

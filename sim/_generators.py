@@ -20,7 +20,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from models import Catalog, ModelSpec
-from prewarm import gpu_placement
+from prewarm import InvalidInput, gpu_placement
 from scheduler import Cluster
 
 __all__ = [
@@ -360,7 +360,7 @@ _ROOMY_NODE = {"gpus": [{"memory_bytes": "80GB"}] * 8, "host_cache_bytes": "2TB"
 def roomy_cluster(catalog: Catalog, like: Cluster | None = None) -> Cluster:
     """Enough nodes shaped like ``like``'s first one, with its bandwidth (default: 8 × 80 GB GPUs, 2 TB host
     cache, 8 TB NVMe each), that every model of ``catalog`` is in GPU memory at once: nothing ever needs
-    the room, so unloading anything only costs. ValueError where such a node cannot hold some model."""
+    the room, so unloading anything only costs. ``InvalidInput`` where such a node cannot hold some model."""
     shape = _ROOMY_NODE if like is None else like.nodes[0].model_dump(exclude={"name"})
     bandwidth = _BANDWIDTH if like is None else like.bandwidth.model_dump()
     sizes = [spec.size_bytes for spec in catalog]
@@ -371,9 +371,12 @@ def roomy_cluster(catalog: Catalog, like: Cluster | None = None) -> Cluster:
         )
 
     one = of(1)
-    if sizes and not fits_at_once([max(sizes)], one):
+    largest = max(catalog, key=lambda spec: spec.size_bytes, default=None)
+    if largest is not None and not fits_at_once([largest.size_bytes], one):
         name = "the default roomy node" if like is None else f"node {like.nodes[0].name}"
-        raise ValueError(f"the GPUs of {name} cannot hold a model of {max(sizes) / GB:g} GB")
+        raise InvalidInput(
+            f"the GPUs of {name} cannot hold a model of {largest.size_bytes / GB:g} GB ({largest.id})"
+        )
     nodes = max(1, int(np.ceil(sum(sizes) / one.nodes[0].l0_bytes)))
     while not fits_at_once(sizes, cluster := of(nodes)):
         nodes += 1  # ends: with one node per model, each is alone on a node that holds it
