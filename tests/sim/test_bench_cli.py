@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -73,6 +74,15 @@ def test_bench_policy_refuses_a_cluster_file_named_like_a_setting_of_the_suite(t
     _refused(["bench", "policy", "--cluster", str(cluster)], "its name 'tight' is taken")
 
 
+def _azure_samples_bench(tmp_path: Path, option: str, cluster: Path) -> Any:
+    """``bench policy`` on the azure_samples case with ``option cluster``: its JSON report."""
+    out = tmp_path / "bench.json"
+    args = ["bench", "policy", "--case", "azure_samples", option, str(cluster), "--json", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())
+
+
 def test_bench_policy_runs_the_suite_on_a_cluster_file_and_judges_it_as_tight(tmp_path: Path) -> None:
     cluster = tmp_path / "wide.yaml"
     cluster.write_text(
@@ -83,11 +93,7 @@ def test_bench_policy_runs_the_suite_on_a_cluster_file_and_judges_it_as_tight(tm
             for k in range(3)
         )
     )
-    out = tmp_path / "bench.json"
-    args = ["bench", "policy", "--case", "azure_samples", "--cluster", str(cluster), "--json", str(out)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    report = json.loads(out.read_text())
+    report = _azure_samples_bench(tmp_path, "--cluster", cluster)
     assert list(report["runs"]["azure_samples"]) == ["wide"]
     assert set(report["runs"]["azure_samples"]["wide"]) == {
         "reactive",
@@ -108,11 +114,7 @@ def test_bench_policy_runs_the_suite_on_roomy_nodes_like_a_cluster_files_and_jud
     node.write_text(
         "nodes:\n- {name: n0, gpus: [{memory_bytes: 80GB}, {memory_bytes: 80GB}], host_cache_bytes: 64GB}\n"
     )
-    out = tmp_path / "bench.json"
-    args = ["bench", "policy", "--case", "azure_samples", "--roomy-like", str(node), "--json", str(out)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    report = json.loads(out.read_text())
+    report = _azure_samples_bench(tmp_path, "--roomy-like", node)
     assert list(report["runs"]["azure_samples"]) == ["roomy-pair"]
     assert [(t["setting"], t["name"]) for t in report["targets"]] == [
         ("roomy-pair", "cold starts ≤ reactive")
