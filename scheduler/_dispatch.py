@@ -107,7 +107,7 @@ class Dispatcher:
         now = self._clock()
         if kafka is not None:
             sent = recently_published(kafka, now - _READ_BACK_S)
-            if (marked := self._ledger.mark_published(sorted(sent))) > 0:
+            if (marked := self._ledger.mark_published(sent)) > 0:
                 log.info("orders found on the topic but not marked published", extra={"orders": marked})
         orders, unpublished = self._ledger.pending(now)
         known = {o.id for o in orders}

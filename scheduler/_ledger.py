@@ -7,11 +7,13 @@ later one before its date job is added) and marked published in the same transac
     RETURNING id; send those to Kafka and wait for the acks; COMMIT
 
 The UPDATE's row lock is held until the acks are in, so a second replica claiming the same order waits
-and then finds it published; a replica killed before its COMMIT leaves the row unpublished, and the next
-active replica publishes it. The one window left, killed after Kafka's ack but before the COMMIT, is
-closed at takeover: ``recently_published`` reads the orders topic's last minutes and those ids are
-marked published before anything is sent. Executors skipping an order id they already applied is the
-last line, not the first.
+and then finds it published; a replica killed before its COMMIT leaves the row unpublished (or, for an
+order due at once, no row at all), and the next active replica publishes it. The one window left, killed
+after the send but before the COMMIT, is closed at takeover: ``recently_published`` reads the orders
+topic's last minutes and ``mark_published`` records those orders as published, a row for each, before
+anything is sent. The row matters even where none was left: order ids are the planner's (the same
+decision gets the same id), so the new holder planning the same hint again would otherwise send it a
+second time. Executors skipping an order id they already applied is the last line, not the first.
 
 On SQLite (one process) the rows are claimed, sent, then marked, without holding SQLite's single write
 lock across a Kafka round trip.
@@ -81,6 +83,7 @@ class OrderLedger:
     def claim(self, orders: Sequence[Order]) -> Iterator[list[Order]]:
         """The orders of ``orders`` not published yet, to publish inside the block; they count as
         published when the block ends without an exception. None while the lease is not held."""
+        orders = _unique(orders)  # an id twice in one batch is still one order, sent once
         ids = [o.id for o in orders]
         t = self.table
         unpublished = sa.and_(t.c.id.in_(ids), t.c.published_at.is_(None))
@@ -130,15 +133,24 @@ class OrderLedger:
                 unpublished.add(order.id)
         return orders, unpublished
 
-    def mark_published(self, ids: Sequence[str]) -> int:
-        """Mark orders found on the orders topic as published; how many were not marked yet."""
-        if not ids:
+    def mark_published(self, orders: Sequence[Order]) -> int:
+        """Record orders found on the orders topic as published, with a row for any the ledger lacks;
+        how many were not recorded as published yet."""
+        unique = sorted(_unique(orders), key=lambda o: o.id)  # a statement may touch a row only once
+        if not unique:
             return 0
         t = self.table
+        rows = [self._row(o) | self._published() for o in unique]
+        dialect = postgresql if self._locking else sqlite
+        insert = dialect.insert(t).values(rows)
+        upsert = insert.on_conflict_do_update(
+            index_elements=["id"],
+            set_={"published_at": insert.excluded.published_at, "published_by": insert.excluded.published_by},
+            where=t.c.published_at.is_(None),
+        ).returning(t.c.id)  # the rows inserted or updated (a multi-row VALUES has no rowcount)
         try:
             with self._engine.begin() as conn:
-                query = sa.update(t).where(t.c.id.in_(list(ids)), t.c.published_at.is_(None))
-                return conn.execute(query.values(self._published())).rowcount
+                return len(conn.execute(upsert).all())
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot mark orders published: {_brief(exc)}") from exc
 
@@ -153,28 +165,28 @@ class OrderLedger:
     def _published(self) -> dict[str, object]:
         return {"published_at": time.time(), "published_by": self._holder}
 
+    def _row(self, order: Order) -> dict[str, object]:
+        return {
+            "id": order.id,
+            "node": order.node,
+            "not_before": order.not_before,
+            "deadline": order.deadline,
+            "body": order.model_dump_json(),
+            "planned_by": self._holder,
+        }
+
     def _insert(self, conn: Connection, orders: Sequence[Order]) -> None:
         if not orders:
             return
-        rows = [
-            {
-                "id": o.id,
-                "node": o.node,
-                "not_before": o.not_before,
-                "deadline": o.deadline,
-                "body": o.model_dump_json(),
-                "planned_by": self._holder,
-            }
-            for o in orders
-        ]
         dialect = postgresql if self._locking else sqlite
-        conn.execute(dialect.insert(self.table).values(rows).on_conflict_do_nothing(index_elements=["id"]))
+        insert = dialect.insert(self.table).values([self._row(o) for o in orders])
+        conn.execute(insert.on_conflict_do_nothing(index_elements=["id"]))
 
 
-def recently_published(kafka: KafkaSettings, since: float, *, timeout_s: float = 10.0) -> set[str]:
-    """Ids of the orders on the orders topic with a timestamp at or after ``since`` (epoch seconds),
-    read up to the topic's end as it is when called."""
-    ids: set[str] = set()
+def recently_published(kafka: KafkaSettings, since: float, *, timeout_s: float = 10.0) -> list[Order]:
+    """The orders on the orders topic with a timestamp at or after ``since`` (epoch seconds), read up to
+    the topic's end as it is when called."""
+    orders: list[Order] = []
     with broker_errors("read back recent orders"):
         consumer = make_consumer(
             kafka,
@@ -186,7 +198,7 @@ def recently_published(kafka: KafkaSettings, since: float, *, timeout_s: float =
             partitions = consumer.partitions_for_topic(kafka.topic_orders) or set()
             tps = [TopicPartition(kafka.topic_orders, p) for p in sorted(partitions)]
             if not tps:
-                return ids
+                return orders
             consumer.assign(tps)
             ends: dict[TopicPartition, int] = consumer.end_offsets(tps)
             starts = consumer.offsets_for_times({tp: int(since * 1000) for tp in tps})
@@ -200,8 +212,7 @@ def recently_published(kafka: KafkaSettings, since: float, *, timeout_s: float =
             deadline = time.monotonic() + timeout_s
             while left and time.monotonic() < deadline:
                 for records in consumer.poll(timeout_ms=200).values():
-                    for record in records:
-                        ids.update(_order_id(record.value))
+                    orders += [o for r in records if (o := _order(r.value)) is not None]
                 for tp in list(left):
                     if consumer.position(tp) >= left[tp]:
                         del left[tp]
@@ -209,16 +220,24 @@ def recently_published(kafka: KafkaSettings, since: float, *, timeout_s: float =
                 raise BrokerError(f"orders topic not read to its end in {timeout_s:g}s", transient=True)
         finally:
             consumer.close()
-    return ids
+    return orders
 
 
-def _order_id(value: bytes | None) -> list[str]:
+def _order(value: bytes | None) -> Order | None:
     if value is None:
-        return []
+        return None
     try:
-        return [Order.model_validate_json(value).id]
+        return Order.model_validate_json(value)
     except ValidationError:
-        return []  # not ours to judge here: the executor dead-letters what it cannot read
+        return None  # not ours to judge here: the executor dead-letters what it cannot read
+
+
+def _unique(orders: Sequence[Order]) -> list[Order]:
+    """``orders`` without a repeated id (the first of each kept, in order)."""
+    by_id: dict[str, Order] = {}
+    for order in orders:
+        by_id.setdefault(order.id, order)
+    return list(by_id.values())
 
 
 def _brief(exc: BaseException) -> str:

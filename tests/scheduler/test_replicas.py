@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from apscheduler.schedulers.background import BackgroundScheduler
 from fastapi.testclient import TestClient
 from pg_schema import private_schema
 from scheduler_builders import GB, catalog, cluster, spec
 from sqlalchemy.engine import Engine
 
-from prewarm import ConfigError, Hint, Order, OrderAction, OrderReason, Tier, load_settings
+from prewarm import ConfigError, Hint, KafkaSettings, Order, OrderAction, OrderReason, Tier, load_settings
+from prewarm.kafka import ensure_control_topics
 from scheduler import PlannerConfig, SchedulerCore, create_app
+from scheduler._dispatch import Dispatcher
 from scheduler._hintstore import HINTS_TABLE, HintFollower, HintStore
+from scheduler._kafka import OrderPublisher
 from scheduler._lease import (
     LEASE_TABLE,
     AlwaysHeld,
@@ -27,7 +31,7 @@ from scheduler._lease import (
     create_tables_once,
     replica_identity,
 )
-from scheduler._ledger import ORDERS_TABLE, OrderLedger
+from scheduler._ledger import ORDERS_TABLE, OrderLedger, recently_published
 
 TABLES = [LEASE_TABLE, HINTS_TABLE, ORDERS_TABLE]
 
@@ -164,13 +168,64 @@ def test_without_the_lease_nothing_is_recorded_or_claimed(engine: Engine) -> Non
     assert a.pending(time.time()) == ([], set())
 
 
-def test_orders_found_on_the_topic_are_marked_published(engine: Engine) -> None:
+def test_orders_found_on_the_topic_are_recorded_published_with_a_row_where_the_ledger_had_none(
+    engine: Engine,
+) -> None:
     ledger = OrderLedger(engine, "a", lambda conn: True)
     assert ledger.record([order("o4", not_before=time.time() + 60), order("o5", not_before=time.time() + 60)])
-    assert ledger.mark_published(["o4", "unknown"]) == 1
+    # o6 is on the topic twice and has no row: its claim's rollback took the row with it.
+    assert ledger.mark_published([order("o4"), order("o6"), order("o6")]) == 2
     orders, unpublished = ledger.pending(time.time())
-    assert {o.id for o in orders} == {"o4", "o5"}
+    assert {o.id for o in orders} == {"o4", "o5", "o6"}
     assert unpublished == {"o5"}
+    assert ledger.mark_published([order("o4"), order("o6")]) == 0  # already recorded as published
+
+
+def test_a_claim_cut_off_after_its_send_is_not_sent_again_when_the_next_holder_plans_it_again(
+    engine: Engine,
+) -> None:
+    a = OrderLedger(engine, "a", lambda conn: True)
+    sent = order("o7")  # due at once: recorded and claimed in the one transaction
+    with pytest.raises(RuntimeError, match="killed"):
+        _claim(a, [sent], then=RuntimeError("killed after the send, before the commit"))
+    assert a.pending(time.time()) == ([], set())
+    b = OrderLedger(engine, "b", lambda conn: True)
+    b.mark_published([sent])  # the takeover's read of the orders topic
+    assert _claim(b, [sent]) == []  # the same hint planned again: the same id, not sent twice
+
+
+def test_a_takeover_reads_back_an_order_sent_before_the_kill_so_planning_it_again_sends_nothing(
+    engine: Engine, kafka_bootstrap: str, unique: str
+) -> None:
+    kafka = KafkaSettings(
+        kafka_bootstrap=kafka_bootstrap,
+        topic_orders=f"orders-{unique}",
+        topic_executor_state=f"state-{unique}",
+    )
+    ensure_control_topics(kafka)
+    publisher = OrderPublisher(kafka)
+    a = OrderLedger(engine, "a", lambda conn: True)
+    sent = order("o10")
+    try:
+        with pytest.raises(RuntimeError, match="killed"):  # after the broker's ack
+            _claim(a, [sent], send=publisher.publish, then=RuntimeError("killed before the commit"))
+        dispatcher = Dispatcher(
+            publisher=publisher,
+            ledger=OrderLedger(engine, "b", lambda conn: True),
+            scheduler=BackgroundScheduler(),
+            job=lambda order_json: None,
+            clock=time.time,
+        )
+        assert dispatcher.take_over(kafka) == [sent]  # still in force: the planner books it
+        dispatcher.dispatch([sent])  # the same hint, planned again by the new holder
+        assert [o.id for o in recently_published(kafka, time.time() - 60)] == ["o10"]
+    finally:
+        publisher.close()
+
+
+def test_an_id_twice_in_one_batch_is_claimed_once(engine: Engine) -> None:
+    ledger = OrderLedger(engine, "a", lambda conn: True)
+    assert [o.id for o in _claim(ledger, [order("o8"), order("o8"), order("o9")])] == ["o8", "o9"]
 
 
 def test_each_stored_hint_is_handed_to_the_follower_once(engine: Engine) -> None:
@@ -214,9 +269,17 @@ def test_readyz_says_whether_this_replica_is_the_active_one(tmp_path: Path) -> N
     assert response.json()["active"] is True
 
 
-def _claim(ledger: OrderLedger, orders: list[Order], then: Exception | None = None) -> list[Order]:
-    """Claim ``orders``; with ``then``, fail inside the claim as a Kafka send would."""
+def _claim(
+    ledger: OrderLedger,
+    orders: list[Order],
+    then: Exception | None = None,
+    send: Callable[[list[Order]], None] | None = None,
+) -> list[Order]:
+    """Claim ``orders`` and ``send`` what is claimed; with ``then``, fail inside the claim after the send
+    (as a failed Kafka send, or a process killed before its commit, would)."""
     with ledger.claim(orders) as mine:
+        if send is not None:
+            send(mine)
         if then is not None:
             raise then
         return mine
