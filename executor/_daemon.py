@@ -50,6 +50,7 @@ from prewarm import (
 )
 from prewarm.kafka import (
     broker_errors,
+    close_producer,
     ensure_control_topics,
     make_consumer,
     make_producer,
@@ -158,7 +159,10 @@ class ExecutorDaemon:
             thread.join(10)
         self._demand_lane.shutdown(wait=True)
         if self._producer is not None:
-            self._producer.close(timeout=5)
+            try:
+                close_producer(self._producer, 5, "close the node's producer")
+            except BrokerError as exc:
+                log.warning("stopped with reports unsent", extra={"node": self.node, "error": str(exc)})
 
     def __enter__(self) -> ExecutorDaemon:
         return self.start()

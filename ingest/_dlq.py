@@ -23,7 +23,7 @@ from typing import Any
 from kafka import KafkaProducer
 
 from prewarm import KafkaSettings
-from prewarm.kafka import broker_errors
+from prewarm.kafka import broker_errors, close_producer
 
 from ._kafka import make_producer
 
@@ -118,6 +118,5 @@ class DeadLetterWriter:
 
     def close(self) -> None:
         if self._producer is not None:
-            with broker_errors("close dead-letter producer"):
-                self._producer.close(timeout=5)
-            self._producer = None
+            producer, self._producer = self._producer, None
+            close_producer(producer, 5, "close dead-letter producer")

@@ -14,10 +14,11 @@ import json
 import threading
 import time
 from collections.abc import Mapping
+from contextlib import suppress
 from typing import Any
 
 from prewarm import BrokerError, IngestSettings, KafkaSettings, RequestEvent
-from prewarm.kafka import broker_errors
+from prewarm.kafka import broker_errors, close_producer
 
 from ._kafka import make_producer
 
@@ -143,11 +144,14 @@ class RequestLogProducer:
         self._raise_pending()
 
     def close(self, timeout_s: float | None = None) -> None:
+        """Flush, then close; events the broker has not acknowledged by then are dropped (and it raises)."""
         try:
             self.flush(timeout_s)
-        finally:
-            with broker_errors("close producer"):
-                self._producer.close(timeout=timeout_s if timeout_s is not None else 5.0)
+        except BrokerError:
+            with suppress(BrokerError):  # the flush has waited already: drop the rest at once
+                close_producer(self._producer, 0, "close producer")
+            raise
+        close_producer(self._producer, timeout_s if timeout_s is not None else 5.0, "close producer")
 
     def __enter__(self) -> RequestLogProducer:
         return self
@@ -155,6 +159,6 @@ class RequestLogProducer:
     def __exit__(self, exc_type: object, *_: object) -> None:
         if exc_type is None:
             self.close()
-        else:  # do not wait on a broker that already failed us
-            with broker_errors("close producer"):
-                self._producer.close(timeout=0)
+        else:  # do not wait on a broker that already failed us, nor hide the error that brought us here
+            with suppress(BrokerError):
+                close_producer(self._producer, 0, "close producer")

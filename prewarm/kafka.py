@@ -9,7 +9,7 @@ kafka-python.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -23,6 +23,7 @@ __all__ = [
     "DURABLE_PRODUCER",
     "bootstrap_servers",
     "broker_errors",
+    "close_producer",
     "create_topics",
     "ensure_control_topics",
     "ensure_log_topics",
@@ -75,6 +76,31 @@ def make_producer(kafka: KafkaSettings, *, client_id: str | None = None, **confi
             client_id=client_id or kafka.kafka_client_id,
             **{**config, **DURABLE_PRODUCER},
         )
+
+
+def close_producer(producer: KafkaProducer, timeout_s: float, what: str) -> None:
+    """Close ``producer``, waiting up to ``timeout_s`` for its records to be acknowledged, then dropping
+    the rest; raises ``BrokerError`` (once closed) where records were dropped.
+
+    kafka-python's own ``close`` flushes first and, where that flush times out (a broker that is gone),
+    raises and leaves the producer open: its network thread goes on reconnecting to the gone broker for
+    the life of the process, and the producer's ``__del__`` raises the same timeout later. So the
+    network thread is stopped here, its buffered records failed, and the producer closed for good.
+    """
+    try:
+        producer.close(timeout=timeout_s)
+    except KafkaError as exc:
+        # kafka-python has no public way to drop buffered records; its sender's force_close does.
+        sender = getattr(producer, "_sender", None)
+        if sender is not None:
+            sender.force_close()
+            sender.join(5)
+        with suppress(KafkaError):  # the records failed above: this flush returns at once
+            producer.close(timeout=0)
+        raise BrokerError(
+            f"{what}: records not acknowledged within {timeout_s:g}s were dropped ({type(exc).__name__})",
+            transient=True,
+        ) from exc
 
 
 FETCH_DEFAULTS: Mapping[str, int] = {"fetch_max_bytes": 50 * 2**20, "max_partition_fetch_bytes": 2**20}

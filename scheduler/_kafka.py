@@ -14,7 +14,7 @@ from kafka import KafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
 from prewarm import ExecutorState, KafkaSettings, Order, get_logger
-from prewarm.kafka import broker_errors, make_consumer, make_producer
+from prewarm.kafka import broker_errors, close_producer, make_consumer, make_producer
 
 __all__ = ["OrderPublisher", "StateFollower"]
 
@@ -48,8 +48,7 @@ class OrderPublisher:
                     future.get(timeout=self._timeout_s)
 
     def close(self) -> None:
-        with broker_errors("close order producer"):
-            self._producer.close(timeout=self._timeout_s)
+        close_producer(self._producer, self._timeout_s, "close order producer")
 
 
 class StateFollower:
