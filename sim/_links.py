@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -143,7 +144,10 @@ class Link:
         if version != self._version:
             return  # shares changed since this finish time was worked out
         self.progress()
-        slack = self._slack
+        # Far on (a backlog of years on a link of a few bytes a second), one step of the clock's float is
+        # more than a microsecond: what rounding leaves there could never move, and its finish time would
+        # round to now again, forever.
+        slack = max(self._slack, 2.0 * self._share()[0] * math.ulp(self.clock.now))
         done = [t for t in self.active if t.left <= slack]
         if done:  # else (rounding left a few bytes) the list stays as it is
             self.active = [t for t in self.active if t.left > slack]
