@@ -347,7 +347,9 @@ class PolicyInputs:
 
 PolicyFactory = Callable[[str, "str | None", PolicyInputs], Policy]
 """``factory(label, knob, inputs)``: the policy for ``label`` (``kind`` or ``kind:knob``; knob None when
-absent). It raises ``InvalidInput`` for a knob it cannot use."""
+absent). It raises ``InvalidInput`` for a knob it cannot use. ``sim.compare`` and ``sim.run_policies`` first
+build each label once with empty inputs, to refuse a bad knob before anything is fitted or run: building
+must be cheap, and must not need the forecasts."""
 
 _REGISTRY: dict[str, PolicyFactory] = {}
 

@@ -234,8 +234,7 @@ def run_policies(
 ) -> dict[str, SimMetrics]:
     """Every policy of ``labels`` over ``events`` (``timestamp``, ``model``) in [start, end), each in a
     fresh world of the same cluster (default: ``default_cluster()``) and catalog, keyed by its label."""
-    if len(set(labels)) != len(labels):
-        raise InvalidInput(f"policy labels repeat: {', '.join(labels)}")
+    _check_labels(labels)
     ts = events["timestamp"].to_numpy(dtype=np.float64)
     names = events["model"].astype(str).to_numpy()
     out: dict[str, SimMetrics] = {}
@@ -255,6 +254,15 @@ def run_policies(
             progress=progress,
         )
     return out
+
+
+def _check_labels(labels: Sequence[str]) -> None:
+    """Refuse a label ``make_policy`` would refuse, or one given twice, before anything runs: building a
+    policy is cheap, fitting forecasts and simulating the labels before it are not."""
+    if len(set(labels)) != len(labels):
+        raise InvalidInput(f"policy labels repeat: {', '.join(labels)}")
+    for label in labels:
+        make_policy(label)
 
 
 def available(labels: Sequence[str] = DEFAULT_POLICIES) -> list[str]:
@@ -282,6 +290,8 @@ def compare(
     from forecaster import History
     from sim._scenario import virtual_catalog
 
+    chosen = list(labels) if labels is not None else available()
+    _check_labels(chosen)  # a typo in the last label is said before minutes of fitting, not after
     history = History.from_events(events)
     catalog = catalog or virtual_catalog(history.models)
     cut = _cut(events, history, catalog, train_days=train_days, sim_hours=sim_hours)
@@ -290,7 +300,7 @@ def compare(
         events,
         catalog,
         cluster,
-        list(labels) if labels is not None else available(),
+        chosen,
         start=cut,
         end=cut + sim_hours * 3600,
         forecasts=source,

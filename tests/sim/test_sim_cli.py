@@ -126,6 +126,23 @@ def test_sim_run_rejects_an_unknown_policy(trace: Path, tmp_path: Path) -> None:
     assert "unknown policy 'lru'" in result.output
 
 
+@pytest.mark.parametrize(
+    ("labels", "said"),
+    [
+        (["reactive", "keepalive:soon"], "knob 'soon' is not a number"),
+        (["oracle", "oracle"], "labels repeat"),
+    ],
+)
+def test_sim_run_refuses_a_bad_or_repeated_policy_label_before_it_fits_the_forecaster(
+    trace: Path, labels: list[str], said: str
+) -> None:
+    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "1"]
+    with patch("sim._run.fit_forecasts", side_effect=AssertionError("fitted before the labels were checked")):
+        result = CliRunner().invoke(app, [*args, *(a for label in labels for a in ("--policy", label))])
+    assert result.exit_code == 2, result.output
+    assert said in result.output
+
+
 @pytest.mark.parametrize("where", ["folder", "under a file"])
 def test_sim_run_refuses_a_json_path_no_file_can_be_written_to_before_it_simulates(
     trace: Path, tmp_path: Path, where: str
