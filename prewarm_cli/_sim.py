@@ -122,6 +122,10 @@ def compare_trace(
     from scheduler import Cluster
     from sim import compare, read_hints
 
+    if unlimited and cluster_file is not None:
+        typer.echo(
+            f"warning: --cluster {cluster_file} is not used with --unlimited (one tier, no limit)", err=True
+        )
     catalog = Catalog.load(catalog_file) if catalog_file else None
     served = set(catalog.ids()) if catalog is not None else set(events["model"].unique().tolist())
     _warn_left_out("requests", events["model"][~events["model"].isin(served)].tolist())

@@ -81,6 +81,14 @@ def test_sim_run_unlimited_reports_gpu_memory_only_and_needs_no_cluster(trace: P
     assert data["oracle"]["cold_starts"] == 0
 
 
+def test_sim_run_says_a_cluster_given_with_unlimited_is_not_used(trace: Path, tmp_path: Path) -> None:
+    cluster = Path(__file__).resolve().parents[2] / "data" / "clusters" / "thin.yaml"
+    args = ["sim", "run", "--trace", str(trace), "--train-days", "2", "--sim-hours", "1", "--unlimited"]
+    result = CliRunner().invoke(app, [*args, "--cluster", str(cluster), "--policy", "keepalive:600"])
+    assert result.exit_code == 0, result.output
+    assert f"--cluster {cluster} is not used with --unlimited" in result.output
+
+
 @pytest.mark.parametrize(
     ("train_days", "sim_hours", "said"),
     [
