@@ -54,6 +54,8 @@ class KillableProxy:
     def kill(self) -> None:
         with self._lock:
             if self._listener is not None:
+                with contextlib.suppress(OSError):  # close alone leaves the accepting thread blocked
+                    self._listener.shutdown(socket.SHUT_RDWR)
                 self._listener.close()
                 self._listener = None
             for s in self._sockets:
