@@ -76,9 +76,6 @@ class Link:
         self.active: list[Transfer] = []
         self._last = clock.now
         self._version = 0
-        # A transfer is done within a microsecond of the link's full rate: finish times are recomputed
-        # from epoch-second floats, which carry about 0.2 µs of rounding.
-        self._slack = rate * 1e-6
         # Seconds so far with a demand transfer on the link (``busy_s``), what the node reports from.
         self._busy = 0.0
 
@@ -144,10 +141,11 @@ class Link:
         if version != self._version:
             return  # shares changed since this finish time was worked out
         self.progress()
-        # Far on (a backlog of years on a link of a few bytes a second), one step of the clock's float is
-        # more than a microsecond: what rounding leaves there could never move, and its finish time would
-        # round to now again, forever.
-        slack = max(self._slack, 2.0 * self._share()[0] * math.ulp(self.clock.now))
+        # A transfer is done within a microsecond of the link's full rate: finish times are recomputed
+        # from epoch-second floats, which carry about 0.2 µs of rounding. Far on (a backlog of years on a
+        # link of a few bytes a second), one step of the clock's float is more than that: what rounding
+        # leaves there could never move, and its finish time would round to now again, forever.
+        slack = self.rate * max(1e-6, 2.0 * math.ulp(self.clock.now))
         done = [t for t in self.active if t.left <= slack]
         if done:  # else (rounding left a few bytes) the list stays as it is
             self.active = [t for t in self.active if t.left > slack]

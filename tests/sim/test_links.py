@@ -12,12 +12,11 @@ from sim._links import Clock, Link
 @dataclass
 class _Transfer:
     left: float
+    clock: Clock
     demand: bool = True
     landed_at: list[float] = field(default_factory=list)
-    clock: Clock | None = None
 
     def landed(self) -> None:
-        assert self.clock is not None
         self.landed_at.append(self.clock.now)
 
 
@@ -30,7 +29,7 @@ def _run(clock: Clock, transfers: list[_Transfer], steps: int) -> None:
 def test_two_transfers_share_the_rate_and_the_second_then_gets_it_all() -> None:
     clock = Clock(1_700_000_000.0)
     link = Link(clock, "L2->L1", rate=10.0)
-    small, large = _Transfer(10.0, clock=clock), _Transfer(30.0, clock=clock)
+    small, large = _Transfer(10.0, clock), _Transfer(30.0, clock)
     link.add(small)
     link.add(large)
     _run(clock, [small, large], 10)
@@ -44,7 +43,7 @@ def test_a_transfer_lands_even_where_the_clock_is_too_far_on_to_tell_a_microseco
     # could never move; the link once rescheduled them at the same instant forever.
     clock = Clock(1.457e11)
     link = Link(clock, "L3->L2", rate=1.0)
-    transfer = _Transfer(size, clock=clock)
+    transfer = _Transfer(size, clock)
     link.add(transfer)
     _run(clock, [transfer], 1000)
     assert transfer.landed_at == [pytest.approx(1.457e11 + size, abs=1e-3)]
