@@ -140,9 +140,7 @@ class OrderLedger:
         if not unique:
             return 0
         t = self.table
-        rows = [self._row(o) | self._published() for o in unique]
-        dialect = postgresql if self._locking else sqlite
-        insert = dialect.insert(t).values(rows)
+        insert = self._insert_of([self._row(o) | self._published() for o in unique])
         upsert = insert.on_conflict_do_update(
             index_elements=["id"],
             set_={"published_at": insert.excluded.published_at, "published_by": insert.excluded.published_by},
@@ -176,11 +174,15 @@ class OrderLedger:
         }
 
     def _insert(self, conn: Connection, orders: Sequence[Order]) -> None:
-        if not orders:
-            return
-        dialect = postgresql if self._locking else sqlite
-        insert = dialect.insert(self.table).values([self._row(o) for o in orders])
-        conn.execute(insert.on_conflict_do_nothing(index_elements=["id"]))
+        if orders:
+            insert = self._insert_of([self._row(o) for o in orders])
+            conn.execute(insert.on_conflict_do_nothing(index_elements=["id"]))
+
+    def _insert_of(self, rows: list[dict[str, object]]) -> postgresql.Insert | sqlite.Insert:
+        """An INSERT of ``rows`` in the engine's dialect, for its ON CONFLICT clause."""
+        if self._locking:
+            return postgresql.insert(self.table).values(rows)
+        return sqlite.insert(self.table).values(rows)
 
 
 def recently_published(kafka: KafkaSettings, since: float, *, timeout_s: float = 10.0) -> list[Order]:
