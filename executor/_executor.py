@@ -467,6 +467,7 @@ class Executor:
             bandwidth_bytes_per_s=self._loader.bandwidth(),
             link_demand_busy=self._loader.demand_busy(),
             recent_outcomes=self._orders.recent(),
+            demand_loads=self._loader.demand_loads(),
         )
 
     def _tier_state(self, tier: Tier, cache: TierCache[Any, Any]) -> TierState:

@@ -152,6 +152,11 @@ class Loader:
                     if not self._waiting_demands[key]:
                         del self._waiting_demands[key]
 
+    def demand_loads(self) -> list[str]:
+        """The models a request is waiting on this loader for, as the node reports them."""
+        with self._lock:
+            return sorted({key[0] for key in self._waiting_demands})
+
     def bandwidth(self) -> dict[str, float]:
         """Bytes per second per hop, as the node reports them."""
         return self._bandwidth.snapshot()

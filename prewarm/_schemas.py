@@ -317,6 +317,11 @@ class ExecutorState(_Wire):
         "carrying at least one load a request waited on",
     )
     recent_outcomes: list[OrderOutcome] = Field(default_factory=list)
+    demand_loads: list[ModelId] = Field(
+        default_factory=list,
+        description="models this node is loading for a request that waits on them, before their copy "
+        "is ready (a planner places no speculative copy of them elsewhere)",
+    )
 
     def tier(self, tier: Tier) -> TierState | None:
         return next((t for t in self.tiers if t.tier is tier), None)

@@ -148,6 +148,9 @@ class NodeState:
     """Per model, how many GPU copies in use of models too large for this node's host memory its loads
     onto this node's GPUs displaced lately, the model's host copy there having sent those loads here
     (``Departures.turns``): models taking turns."""
+    demand_loads: frozenset[str] = frozenset()
+    """Models the node is loading for a request that waits on them, their copy not ready yet
+    (``ExecutorState.demand_loads``)."""
 
     def residents(self, tier: Tier) -> tuple[ResidentModel, ...]:
         return self.resident.get(tier, ())
@@ -188,6 +191,12 @@ class ClusterState:
     pending: tuple[Order, ...] = ()
     recent: tuple[Order, ...] = ()
     predicted: Mapping[str, float] = field(default_factory=dict)
+
+    @functools.cached_property
+    def loading_on_request(self) -> frozenset[str]:
+        """Models some node is loading for a request that waits on them: their copy is on its way to
+        where it is asked for, and a guess about them would place a second one elsewhere."""
+        return frozenset().union(*(n.demand_loads for n in self.nodes.values()))
 
     @classmethod
     def merge(
@@ -248,6 +257,7 @@ def _overlay(base: NodeState, report: ExecutorState) -> NodeState:
         gpu_ids=gpu_ids,
         gpu_used=gpu_used,
         demand_busy=dict(report.link_demand_busy),
+        demand_loads=frozenset(report.demand_loads),
     )
 
 

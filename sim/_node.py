@@ -385,6 +385,7 @@ class Node:
             bandwidth_bytes_per_s={hop: link.rate for hop, link in self.links.items()},
             link_demand_busy={h: busy.update(self.links[h].busy_s(), now) for h, busy in self.busy.items()},
             recent_outcomes=[],
+            demand_loads=sorted(m for m, jobs in self.jobs.items() if any(j.demand for j in jobs)),
         )
 
 

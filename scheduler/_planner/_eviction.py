@@ -59,6 +59,16 @@ def _cooldowns(cluster: ClusterState, now: float, config: PlannerConfig) -> set[
     return cooling
 
 
+def _held_back(rnd: _Round, cluster: ClusterState) -> set[str]:
+    """The models no guess may place this round, on any node: those cooling down after a misprediction
+    (``_cooldowns``, and those this round demotes as one), and those a node is loading for a request that
+    waits on them (``ClusterState.loading_on_request``). That load's copy is on its way where the model
+    is asked for, so a guess's copy on another node would serve a request only if it were lost: on
+    small host memories and slow links a sixth of some traces' guesses were such copies, none used."""
+    cooling = _cooldowns(cluster, rnd.now, rnd.config) | {model for _, model in rnd.mispredictions}
+    return cooling | cluster.loading_on_request
+
+
 def _bets(
     cluster: ClusterState, now: float, nodes: Collection[str] | None = None
 ) -> dict[tuple[str, str], list[Order]]:

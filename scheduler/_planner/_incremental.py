@@ -46,7 +46,7 @@ from prewarm import CACHE_TIERS, Hint, Order, Tier, admit
 from scheduler._cluster import ClusterState, NodeState
 from scheduler._planner._book import _Book, _book_pending, _Books, _open_book, _Round
 from scheduler._planner._config import Plan, PlannerConfig
-from scheduler._planner._eviction import _cooldowns, _demote_mispredictions, _release_priced
+from scheduler._planner._eviction import _demote_mispredictions, _held_back, _release_priced
 from scheduler._planner._placement import (
     _best_candidate,
     _Candidate,
@@ -195,7 +195,7 @@ def _incremental(
     opened = rnd.books.copy()
     judged = None if config.memory_price > 0 else reopen  # open bets are what release_priced reads
     _demote_mispredictions(rnd, cluster, judged)
-    cooling = _cooldowns(cluster, now, config) | {model for _, model in rnd.mispredictions}
+    cooling = _held_back(rnd, cluster)
     changed = touched | moved | (cooling ^ kept.cooling) | rnd.moved
     # A candidate that read free room depends on it: its holders', and where they were crowded, whether
     # any other node has free room for it.

@@ -15,7 +15,7 @@ from prewarm import Hint, Order
 from scheduler._cluster import ClusterState
 from scheduler._planner._book import _book_pending, _open_book, _Round
 from scheduler._planner._config import Plan, PlannerConfig
-from scheduler._planner._eviction import _break_turns, _cooldowns, _demote_mispredictions, _release_priced
+from scheduler._planner._eviction import _break_turns, _demote_mispredictions, _held_back, _release_priced
 from scheduler._planner._incremental import _incremental, _Kept, _pending_keys, _plan_of
 from scheduler._planner._memo import PlannerMemo
 from scheduler._planner._placement import _best_candidate, _Candidate, _payers, _place_all
@@ -144,7 +144,7 @@ def _full_round(
     rnd.books.reindex()  # booking the pending orders changed the books in place
     opened = rnd.books.copy()
     _demote_mispredictions(rnd, cluster)
-    cooling = _cooldowns(cluster, now, config) | {model for _, model in rnd.mispredictions}
+    cooling = _held_back(rnd, cluster)
 
     candidates: dict[str, list[_Candidate]] = {}
     for model, model_wants in wants.items():

@@ -268,6 +268,29 @@ def test_demand_load_finishes_before_a_prefetch_started_earlier(
     assert finished == ["small", "big"]
 
 
+def test_a_node_reports_the_models_it_is_loading_for_a_waiting_request_until_they_are_ready(
+    tmp_path: Path, make_executor: ExecutorFactory
+) -> None:
+    big = make_model(tmp_path / "w", "big", seed=1, layers=8)
+    small = make_model(tmp_path / "w", "small", seed=2, layers=8)
+    executor = make_executor(
+        Catalog([big, small]),
+        s3=s3_settings(s3_part_bytes=64 * 1024, s3_concurrency=2),
+        stores={"file": _SlowStore(delay=0.05)},
+    )
+    loads = [
+        threading.Thread(target=executor.ensure, args=("big", Tier.L1), kwargs={"demand": True}),
+        threading.Thread(target=executor.ensure, args=("small", Tier.L1), kwargs={"demand": False}),
+    ]
+    for t in loads:
+        t.start()
+    time.sleep(0.1)
+    assert executor.state().demand_loads == ["big"]  # a prefetch is no request's load
+    for t in loads:
+        t.join()
+    assert executor.state().demand_loads == []
+
+
 @pytest.fixture(autouse=True)
 def _no_leaked_threads() -> Iterator[None]:
     before = threading.active_count()

@@ -423,3 +423,14 @@ def test_a_planning_round_sets_off_no_garbage_collection_and_leaves_the_collecto
             gc.enable()
     finally:
         gc.callbacks.remove(seen)
+
+
+def test_no_guess_places_a_second_copy_of_a_model_a_node_is_loading_for_a_waiting_request() -> None:
+    # The load on request's copy is not ready, so no report lists it yet: a guess about the model put a
+    # copy on another node, which requests, sent where the model is loaded, never used.
+    c, cat = cluster("a", "b"), catalog(spec("m", 28 * GB))
+    forecasts = {"m": flat_forecast("m", 0.95)}
+    idle = [report(n, {}, capacity=CAP) for n in ("a", "b")]
+    assert [o.model for o in plan(NOW, forecasts, [], cat, state(c, *idle), CONFIG)] == ["m"]
+    loading = idle[0].model_copy(update={"demand_loads": ["m"]})
+    assert plan(NOW, forecasts, [], cat, state(c, loading, idle[1]), CONFIG) == []

@@ -42,6 +42,7 @@ class Executors:
         self.caps = caps
         self.held: dict[str, dict[Tier, dict[str, ResidentModel]]] = {n: {t: {} for t in TIERS} for n in gpus}
         self.done: set[str] = set()
+        self.loading: dict[str, set[str]] = {n: set() for n in gpus}  # loads on request not ready yet
 
     def place(self, node: str, r: ResidentModel, level: int) -> None:
         for t in TIERS:
@@ -70,13 +71,14 @@ class Executors:
                 )
 
     def report(self, node: str, now: float) -> ExecutorState:
-        return report(
+        state = report(
             node,
             {t: list(self.held[node][t].values()) for t in TIERS},
             capacity=self.caps[node],
             at=now,
             gpus=self.gpus[node],
         )
+        return state.model_copy(update={"demand_loads": sorted(self.loading[node])})
 
 
 World = tuple[Catalog, Cluster, Executors, dict[str, ModelForecast]]
@@ -149,6 +151,10 @@ def events(models: int, nodes: int) -> st.SearchStrategy[list[Event]]:
         st.tuples(
             st.just("report"), st.sampled_from([f"n{i}" for i in range(nodes)]), st.just(0.0), st.just(0.0)
         ),
+        # A load on request starts or ends on the first node: its report says so.
+        st.tuples(
+            st.just("loading"), st.sampled_from([f"m{i}" for i in range(models)]), st.just(0.0), st.just(0.0)
+        ),
         st.tuples(st.just("tick"), st.just(""), st.sampled_from([0.0, 30.0, 61.0, 700.0]), st.just(0.0)),
     )
     return st.lists(one, min_size=1, max_size=12)
@@ -199,6 +205,10 @@ def test_incremental_rounds_hand_out_what_full_rounds_hand_out(scenario: tuple[W
         elif kind == "report":
             executors.carry_out(subject, inc_sent, clock[0])
             state = executors.report(subject, clock[0])
+            got, want = inc.observe_and_plan(state), full.observe_and_plan(state)
+        elif kind == "loading":
+            executors.loading["n0"] ^= {subject}
+            state = executors.report("n0", clock[0])
             got, want = inc.observe_and_plan(state), full.observe_and_plan(state)
         else:
             clock[0] += x

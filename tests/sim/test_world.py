@@ -159,6 +159,18 @@ def test_a_demand_load_preempts_a_speculative_prefetch_on_the_same_link() -> Non
     assert set(_l0(world)) == {"a", "b"}  # a landed afterwards
 
 
+def test_a_node_reports_the_models_it_loads_for_a_waiting_request_as_the_executor_does() -> None:
+    catalog = _catalog({"a": 10 * GB, "b": 10 * GB})
+    world = _world(_cluster(("80GB", "80GB"), host="400GB"), catalog)
+    world.clock.run_until(T0)
+    world.apply(_order("a", OrderAction.PREFETCH, Tier.L0, T0, catalog), T0)  # a guess: no request's load
+    _request(world, "b", T0)
+    world.clock.run_until(T0 + 1)
+    assert world.reports(T0 + 1)["n1"].demand_loads == ["b"]
+    _settle(world)
+    assert world.reports(world.clock.now)["n1"].demand_loads == []
+
+
 def test_a_node_reports_the_share_of_recent_time_a_load_on_request_was_on_each_link() -> None:
     catalog = _catalog({"a": 100 * GB, "b": 60 * GB})
     world = _world(_cluster(host="1TB", l2=FAST, l1=FAST), catalog)
