@@ -284,8 +284,11 @@ def test_a_node_reports_the_models_it_is_loading_for_a_waiting_request_until_the
     ]
     for t in loads:
         t.start()
-    time.sleep(0.1)
-    assert executor.state().demand_loads == ["big"]  # a prefetch is no request's load
+    # Both loads take seconds on the slow store; wait for the demand one to begin, not a fixed time.
+    deadline = time.monotonic() + 10
+    while not (listed := executor.state().demand_loads) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert listed == ["big"]  # a prefetch is no request's load
     for t in loads:
         t.join()
     assert executor.state().demand_loads == []
