@@ -117,6 +117,10 @@ def sweep(
     result = run_sweep(run, grid)
     result.to_png(png)
     typer.echo(result.table(), err=quiet)
+    doc = result.to_json()
+    if "prewarm" in result.families() and len(result.families()) > 1:
+        typer.echo(result.matched_table("prewarm"), err=quiet)
+        doc["matched"] = [m.to_json() for m in result.matched("prewarm")]
     typer.echo(f"Pareto plot: {png}", err=quiet)
     if out is not None:
-        write_json(result.to_json(), out)
+        write_json(doc, out)

@@ -54,7 +54,16 @@ from sim._run import (
 )
 from sim._scenario import DEFAULT_SIZES, LONG_TAIL_MIX, LongTail, default_cluster, long_tail, virtual_catalog
 from sim._suite import SUITE_CASES, Case, ModelTruth, suite, write_case
-from sim._sweep import DEFAULT_KNOBS, SweepPoint, SweepResult, dominated, label_grid, pareto_front, sweep
+from sim._sweep import (
+    DEFAULT_KNOBS,
+    Matched,
+    SweepPoint,
+    SweepResult,
+    dominated,
+    label_grid,
+    pareto_front,
+    sweep,
+)
 from sim._unlimited import UnlimitedWorld
 from sim._world import World
 
@@ -74,6 +83,7 @@ __all__ = [
     "IdleHistogram",
     "KeepAlivePolicy",
     "LongTail",
+    "Matched",
     "ModelTruth",
     "NodeShape",
     "OraclePolicy",

@@ -33,6 +33,7 @@ from sim._metrics import SimMetrics
 from sim._policies import DEFAULT_POLICIES
 from sim._run import fit_forecasts, run_policies
 from sim._suite import Case
+from sim._sweep import SweepResult
 
 __all__ = ["SETTINGS", "Bound", "PolicyBench", "Target", "judge", "run_policy_bench"]
 
@@ -154,8 +155,25 @@ class PolicyBench:
             row["met"] += int(t.met)
         return out
 
+    def swept(self) -> dict[tuple[str, str], SweepResult]:
+        """Per case and setting where prewarm ran at two knob values or more beside other policies
+        (``--policy prewarm:0.0005 --policy prewarm:0.002 ...``), the runs on their fronts: from them,
+        where prewarm's front is at each other policy's point (``SweepResult.matched``)."""
+        out: dict[tuple[str, str], SweepResult] = {}
+        for case, settings in self.runs.items():
+            for setting, results in settings.items():
+                mine = sum(label.partition(":")[0] == "prewarm" for label in results)
+                if 2 <= mine < len(results):
+                    out[case, setting] = SweepResult.of({label: m.to_json() for label, m in results.items()})
+        return out
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        matched = [
+            {"case": case, "setting": setting, **m.to_json()}
+            for (case, setting), result in self.swept().items()
+            for m in result.matched("prewarm")
+        ]
+        doc: dict[str, Any] = {
             "summary": self.summary(),
             "targets": [t.to_json() for t in self.targets],
             "bounds": [b.to_json() for b in self.bounds],
@@ -165,6 +183,9 @@ class PolicyBench:
                 for case, settings in self.runs.items()
             },
         }
+        if matched:
+            doc["matched"] = matched
+        return doc
 
     def table(self) -> str:
         """One row per case, setting and policy, then the targets ('warm': ``warm_displacements``)."""
@@ -192,6 +213,8 @@ class PolicyBench:
                 f"{t.case:<14} {t.role:<6} {t.setting:<9} {t.name:<38} {t.value:>12.4g} {t.bound:>12.4g} "
                 f"{'yes' if t.met else 'NO'}"
             )
+        for (case, setting), result in self.swept().items():
+            lines.append(f"{case}, {setting}: {result.matched_table('prewarm')}")
         for b in self.bounds:
             lines.append(
                 f"{b.case}: every model is Poisson, so any causal policy needs ≥ {b.idle_needed:,.0f} idle "

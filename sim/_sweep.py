@@ -7,7 +7,10 @@
 Two objectives, both lower is better: idle memory (GB-minutes resident in L0 and L1 and serving nothing)
 against the 75th percentile over models of the per-model cold-start rate ('Serverless in the Wild'), and
 against the share of requests that waited more than 5 s. Each family's front is its own: a point is on
-it when no other knob value of the same policy is at least as good on both and better on one.
+it when no other knob value of the same policy is at least as good on both and better on one. A front
+is read at another policy's point (``SweepResult.matched``): the p75 it reaches within that point's
+idle memory and the idle memory it needs for that point's p75, the comparison at equal cost that the
+literature reports, where a single point of each policy would compare two different trade-offs.
 
 The sweep knows nothing of the simulator: ``run`` takes labels and returns each label's metrics (the
 keys of ``SimMetrics.to_json()``), so the CLI, the notebook and the tests drive it alike.
@@ -15,6 +18,7 @@ keys of ``SimMetrics.to_json()``), so the CLI, the notebook and the tests drive 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +27,7 @@ from typing import Any
 __all__ = [
     "DEFAULT_KNOBS",
     "IDLE_TIERS",
+    "Matched",
     "SweepPoint",
     "SweepResult",
     "dominated",
@@ -101,8 +106,56 @@ class SweepPoint:
 
 
 @dataclass(frozen=True)
+class Matched:
+    """A family's p75 front at another label's point: the best p75 it reaches within that point's idle
+    memory, and the least idle memory it needs for that point's p75 (``front_p75_within``,
+    ``front_idle_for``); None where no point of its front is within."""
+
+    family: str
+    label: str
+    idle_gb_minutes: float
+    p75_model_cold_start_rate: float
+    family_p75: float | None
+    family_idle_gb_minutes: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
 class SweepResult:
     points: tuple[SweepPoint, ...]
+
+    @classmethod
+    def of(cls, metrics: Mapping[str, Mapping[str, Any]]) -> SweepResult:
+        """Each label's metrics (``KIND`` or ``KIND:KNOB``, in their order) placed on its family's fronts."""
+        rows = [_objectives(label, m) for label, m in metrics.items()]
+        fronts: dict[str, tuple[list[bool], list[bool]]] = {}
+        for family in dict.fromkeys(r[1] for r in rows):
+            mine = [r for r in rows if r[1] == family]
+            fronts[family] = (
+                pareto_front([(r[3], r[4]) for r in mine]),
+                pareto_front([(r[3], r[5]) for r in mine]),
+            )
+        seen: dict[str, int] = {}
+        points: list[SweepPoint] = []
+        for label, family, knob, idle, p75, wait5 in rows:
+            i = seen.get(family, 0)
+            seen[family] = i + 1
+            points.append(
+                SweepPoint(
+                    label=label,
+                    family=family,
+                    knob=knob,
+                    idle_gb_minutes=idle,
+                    p75_model_cold_start_rate=p75,
+                    share_wait_over_5s=wait5,
+                    on_front_p75=fronts[family][0][i],
+                    on_front_wait=fronts[family][1][i],
+                    metrics=metrics[label],
+                )
+            )
+        return cls(tuple(points))
 
     def family(self, family: str) -> list[SweepPoint]:
         return [p for p in self.points if p.family == family]
@@ -116,6 +169,44 @@ class SweepResult:
             p for p in self.family(family) if (p.on_front_p75 if against == "p75" else p.on_front_wait)
         ]
         return sorted(on_front, key=_idle)
+
+    def front_p75_within(self, family: str, idle: float) -> float | None:
+        """The lowest p75 cold-start rate ``family``'s front reaches with at most ``idle`` GB-minutes,
+        linear between neighbouring knob values; None when its leanest point needs more."""
+        return _within([(p.idle_gb_minutes, p.p75_model_cold_start_rate) for p in self.front(family)], idle)
+
+    def front_idle_for(self, family: str, p75: float) -> float | None:
+        """The least idle memory at which ``family``'s front has a p75 cold-start rate of at most
+        ``p75``, linear between neighbouring knob values; None when none of its points gets that low."""
+        return _within([(p.p75_model_cold_start_rate, p.idle_gb_minutes) for p in self.front(family)], p75)
+
+    def matched(self, family: str) -> list[Matched]:
+        """``family``'s front at each point of the other families: the comparison at equal memory, and
+        at equal p75, that the serverless literature reports ('SPES': −50 % p75 and −56 % memory)."""
+        return [
+            Matched(
+                family=family,
+                label=p.label,
+                idle_gb_minutes=p.idle_gb_minutes,
+                p75_model_cold_start_rate=p.p75_model_cold_start_rate,
+                family_p75=self.front_p75_within(family, p.idle_gb_minutes),
+                family_idle_gb_minutes=self.front_idle_for(family, p.p75_model_cold_start_rate),
+            )
+            for p in self.points
+            if p.family != family
+        ]
+
+    def matched_table(self, family: str) -> str:
+        """``matched(family)`` as lines: each other label's point, then ``family``'s p75 within its idle
+        memory and ``family``'s idle memory for its p75, with their ratios to that point's."""
+        lines = [f"{family} at each other point: p75 within its idle memory, idle memory for its p75"]
+        for m in self.matched(family):
+            lines.append(
+                f"  {m.label}: p75 {m.p75_model_cold_start_rate:.3f} at {m.idle_gb_minutes:.0f} GB-min"
+                f" | {family}: p75 {_reached(m.family_p75, m.p75_model_cold_start_rate, '.3f')},"
+                f" idle {_reached(m.family_idle_gb_minutes, m.idle_gb_minutes, '.0f')}"
+            )
+        return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         return {"idle_tiers": list(IDLE_TIERS), "points": [p.to_json() for p in self.points]}
@@ -188,33 +279,7 @@ def sweep(run: RunPolicies, policies: Mapping[str, Sequence[str]]) -> SweepResul
     missing = [label for label in labels if label not in metrics]
     if missing:
         raise KeyError(f"the run returned no metrics for {', '.join(missing)}")
-    rows = [_objectives(label, metrics[label]) for label in labels]
-    fronts: dict[str, tuple[list[bool], list[bool]]] = {}
-    for family in dict.fromkeys(r[1] for r in rows):
-        mine = [r for r in rows if r[1] == family]
-        fronts[family] = (
-            pareto_front([(r[3], r[4]) for r in mine]),
-            pareto_front([(r[3], r[5]) for r in mine]),
-        )
-    seen: dict[str, int] = {}
-    points: list[SweepPoint] = []
-    for label, family, knob, idle, p75, wait5 in rows:
-        i = seen.get(family, 0)
-        seen[family] = i + 1
-        points.append(
-            SweepPoint(
-                label=label,
-                family=family,
-                knob=knob,
-                idle_gb_minutes=idle,
-                p75_model_cold_start_rate=p75,
-                share_wait_over_5s=wait5,
-                on_front_p75=fronts[family][0][i],
-                on_front_wait=fronts[family][1][i],
-                metrics=metrics[label],
-            )
-        )
-    return SweepResult(tuple(points))
+    return SweepResult.of({label: metrics[label] for label in labels})
 
 
 def _objectives(label: str, m: Mapping[str, Any]) -> tuple[str, str, str | None, float, float, float]:
@@ -229,6 +294,27 @@ def _objectives(label: str, m: Mapping[str, Any]) -> tuple[str, str, str | None,
         float(m["p75_model_cold_start_rate"]),
         float(m["share_wait_over_5s"]),
     )
+
+
+def _within(front: Sequence[tuple[float, float]], budget: float) -> float | None:
+    """On a front of (cost, loss) points, loss falling as cost rises, the least loss at cost ≤ ``budget``:
+    linear between the two points around it, the costliest point's loss beyond them, None below the
+    cheapest."""
+    pts = sorted(front)
+    if not pts or budget < pts[0][0]:
+        return None
+    for (c0, l0), (c1, l1) in itertools.pairwise(pts):
+        if c0 <= budget < c1:
+            return l0 + (l1 - l0) * (budget - c0) / (c1 - c0)
+    return pts[-1][1]
+
+
+def _reached(value: float | None, other: float, spec: str) -> str:
+    """``value`` and its ratio to ``other``, or that the front does not reach it."""
+    if value is None:
+        return "not reached"
+    ratio = f"{value / other:.2f} x" if other > 0 else ("both 0" if value == 0 else "other 0")
+    return f"{value:{spec}} ({ratio})"
 
 
 def _idle(p: SweepPoint) -> float:

@@ -8,7 +8,7 @@ import pytest
 
 from prewarm import ResidentModel, gpu_shards, load_settings
 from scheduler import Cluster
-from sim import SimMetrics, judge, run_policy_bench, suite
+from sim import PolicyBench, SimMetrics, judge, run_policy_bench, suite
 from sim._bench import unlimited_bound
 from sim._policies import build
 from tests.conftest import CLUSTER_SHAPES
@@ -158,3 +158,26 @@ def test_an_all_poisson_case_reports_whether_the_unlimited_targets_can_both_be_m
     assert roomier.feasible
     # Structure (here a flash crowd) is what a policy can use to do better: no bound is claimed.
     assert unlimited_bound(case, results) is None
+
+
+def test_prewarm_run_at_several_prices_is_read_at_each_baselines_memory_and_p75() -> None:
+    def at(idle: float, p75: float) -> SimMetrics:
+        return _with(idle_gb_minutes={"L0": idle}, p75_model_cold_start_rate=p75)
+
+    bench = PolicyBench()
+    bench.runs["c"] = {
+        "unlimited": {
+            "histogram": at(800.0, 0.4),
+            "keepalive:600": at(400.0, 0.9),
+            "prewarm:0.001": at(1000.0, 0.1),
+            "prewarm:0.01": at(500.0, 0.3),
+        },
+        "tight": {"reactive": at(1.0, 1.0), "prewarm": at(1.0, 1.0)},  # one price: no front to read
+    }
+    assert list(bench.swept()) == [("c", "unlimited")]
+    matched = {m["label"]: m for m in bench.to_json()["matched"]}
+    # At the histogram's 800 GB-min, 3/5 of the way from 0.3 at 500 to 0.1 at 1000.
+    assert matched["histogram"]["family_p75"] == pytest.approx(0.18)
+    assert matched["histogram"]["family_idle_gb_minutes"] == 500.0
+    assert matched["keepalive:600"]["family_p75"] is None  # no price holds as little as 400 GB-min
+    assert "c, unlimited: prewarm at each other point" in bench.table()

@@ -114,6 +114,36 @@ def test_table_lists_every_label_with_its_front_marks() -> None:
     assert rows["histogram:120"].rstrip().endswith("**")
 
 
+def test_matched_reads_a_familys_front_at_each_other_point() -> None:
+    by = {m.label: m for m in sweep(_run, POLICIES).matched("keepalive")}
+    assert set(by) == {"reactive", "histogram:120", "histogram:240"}
+    # Linear between keepalive:60 (100 GB-min, p75 0.8) and keepalive:600 (600 GB-min, 0.4).
+    assert by["histogram:120"].family_p75 == pytest.approx(0.8 - 0.4 * 150 / 500)
+    assert by["histogram:240"].family_p75 == pytest.approx(0.8 - 0.4 * 350 / 500)
+    # No keep-alive gets below p75 0.4, and none holds less than keepalive:60's 100 GB-min.
+    assert by["histogram:120"].family_idle_gb_minutes is None
+    assert by["reactive"].family_p75 is None
+    # keepalive:60 is already below reactive's p75 of 1.0.
+    assert by["reactive"].family_idle_gb_minutes == 100.0
+
+
+def test_a_budget_beyond_the_front_gets_its_best_point_and_off_front_points_are_not_read() -> None:
+    result = sweep(_run, POLICIES)
+    # keepalive:3600 holds more memory for no lower p75: it is off the p75 front, so never the answer.
+    assert result.front_p75_within("keepalive", 1e9) == 0.4
+    assert result.front_idle_for("keepalive", 0.4) == 600.0
+    assert result.front_p75_within("keepalive", 100.0) == 0.8
+
+
+def test_matched_table_says_where_the_front_does_not_reach() -> None:
+    header, *lines = sweep(_run, POLICIES).matched_table("keepalive").splitlines()
+    rows = {line.split(": ")[0].strip(): line for line in lines}
+    assert header.startswith("keepalive at each other point")
+    assert list(rows) == ["reactive", "histogram:120", "histogram:240"]
+    assert rows["reactive"].endswith("keepalive: p75 not reached, idle 100 (other 0)")
+    assert rows["histogram:120"].endswith("keepalive: p75 0.680 (2.27 x), idle not reached")
+
+
 def test_png_is_written_and_is_a_valid_png(tmp_path: Path) -> None:
     import matplotlib.image
 
@@ -194,9 +224,11 @@ def test_sweep_command_draws_the_curves_and_writes_every_point(tmp_path: Path) -
     args = ["sweep", "--trace", str(trace), "--train-days", "2", "--sim-hours", "12", "--unlimited"]
     args += ["--policy", "reactive", "--policy", "keepalive", "--knobs", "keepalive=60,600,3600"]
     args += ["--policy", "histogram:60", "--policy", "histogram:240", "--png", str(png), "--json", str(out)]
+    args += ["--policy", "prewarm", "--knobs", "prewarm=0,0.01"]
     result = CliRunner().invoke(_app(), args)
     assert result.exit_code == 0, result.output
     labels = ["reactive", "keepalive:60", "keepalive:600", "keepalive:3600", "histogram:60", "histogram:240"]
+    labels += ["prewarm:0", "prewarm:0.01"]
     assert png.read_bytes()[:8] == PNG_SIGNATURE
     doc = json.loads(out.read_text())
     assert [p["label"] for p in doc["points"]] == labels
@@ -208,6 +240,9 @@ def test_sweep_command_draws_the_curves_and_writes_every_point(tmp_path: Path) -
     assert keepalive["60"]["idle_gb_minutes"] < keepalive["600"]["idle_gb_minutes"]
     assert keepalive["600"]["idle_gb_minutes"] < keepalive["3600"]["idle_gb_minutes"]
     assert keepalive["3600"]["metrics"]["cold_starts"] <= keepalive["60"]["metrics"]["cold_starts"]
+    # prewarm's front is read at every other point, on the terminal and in the JSON.
+    assert [m["label"] for m in doc["matched"]] == labels[:-2]
+    assert "prewarm at each other point" in result.output
 
 
 def test_sweep_command_refuses_an_unknown_policy(tmp_path: Path) -> None:

@@ -279,6 +279,7 @@ PINNED = {
         "LONG_TAIL_MIX",
         "LongTail",
         "MISPREDICTED_BY",
+        "Matched",
         "ModelTruth",
         "NodeShape",
         "OraclePolicy",
