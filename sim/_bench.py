@@ -162,9 +162,9 @@ class PolicyBench:
         out: dict[tuple[str, str], SweepResult] = {}
         for case, settings in self.runs.items():
             for setting, results in settings.items():
-                mine = sum(label.partition(":")[0] == "prewarm" for label in results)
-                if 2 <= mine < len(results):
-                    out[case, setting] = SweepResult.of({label: m.to_json() for label, m in results.items()})
+                result = SweepResult.of({label: m.to_json() for label, m in results.items()})
+                if 2 <= len(result.family("prewarm")) < len(result.points):
+                    out[case, setting] = result
         return out
 
     def to_json(self) -> dict[str, Any]:
