@@ -119,8 +119,9 @@ def sweep(
     typer.echo(result.table(), err=quiet)
     doc = result.to_json()
     if "prewarm" in result.families() and len(result.families()) > 1:
-        typer.echo(result.matched_table("prewarm"), err=quiet)
-        doc["matched"] = [m.to_json() for m in result.matched("prewarm")]
+        for against in result.measures():
+            typer.echo(result.matched_table("prewarm", against), err=quiet)
+        doc["matched"] = [m.to_json() for a in result.measures() for m in result.matched("prewarm", a)]
     typer.echo(f"Pareto plot: {png}", err=quiet)
     if out is not None:
         write_json(doc, out)

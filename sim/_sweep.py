@@ -8,9 +8,10 @@ Two objectives, both lower is better: idle memory (GB-minutes resident in L0 and
 against the 75th percentile over models of the per-model cold-start rate ('Serverless in the Wild'), and
 against the share of requests that waited more than 5 s. Each family's front is its own: a point is on
 it when no other knob value of the same policy is at least as good on both and better on one. A front
-is read at another policy's point (``SweepResult.matched``): the p75 it reaches within that point's
-idle memory and the idle memory it needs for that point's p75, the comparison at equal cost that the
-literature reports, where a single point of each policy would compare two different trade-offs.
+is read at another policy's point (``SweepResult.matched``): the p75, or the share waiting > 5 s, it
+reaches within that point's idle memory and the idle memory it needs for that point's value, the
+comparison at equal cost that the literature reports, where a single point of each policy would compare
+two different trade-offs.
 
 The sweep knows nothing of the simulator: ``run`` takes labels and returns each label's metrics (the
 keys of ``SimMetrics.to_json()``), so the CLI, the notebook and the tests drive it alike.
@@ -107,15 +108,17 @@ class SweepPoint:
 
 @dataclass(frozen=True)
 class Matched:
-    """A family's p75 front at another label's point: the best p75 it reaches within that point's idle
-    memory, and the least idle memory it needs for that point's p75 (``front_p75_within``,
-    ``front_idle_for``); None where no point of its front is within."""
+    """A family's front against ``p75`` or ``wait`` (the share waiting > 5 s) at another label's point:
+    the best value it reaches within that point's idle memory, and the least idle memory it needs for
+    that point's value (``front_within``, ``front_idle_for``); None where no point of its front is
+    within."""
 
     family: str
     label: str
+    against: str
     idle_gb_minutes: float
-    p75_model_cold_start_rate: float
-    family_p75: float | None
+    value: float
+    family_value: float | None
     family_idle_gb_minutes: float | None
 
     def to_json(self) -> dict[str, Any]:
@@ -170,40 +173,52 @@ class SweepResult:
         ]
         return sorted(on_front, key=_idle)
 
-    def front_p75_within(self, family: str, idle: float) -> float | None:
-        """The lowest p75 cold-start rate ``family``'s front reaches with at most ``idle`` GB-minutes,
-        linear between neighbouring knob values; None when its leanest point needs more."""
-        return _within([(p.idle_gb_minutes, p.p75_model_cold_start_rate) for p in self.front(family)], idle)
+    def front_within(self, family: str, idle: float, against: str = "p75") -> float | None:
+        """The lowest value against ``against`` that ``family``'s front reaches with at most ``idle``
+        GB-minutes, linear between neighbouring knob values; None when its leanest point needs more."""
+        y = _MEASURES[against][1]
+        return _within([(p.idle_gb_minutes, y(p)) for p in self.front(family, against)], idle)
 
-    def front_idle_for(self, family: str, p75: float) -> float | None:
-        """The least idle memory at which ``family``'s front has a p75 cold-start rate of at most
-        ``p75``, linear between neighbouring knob values; None when none of its points gets that low."""
-        return _within([(p.p75_model_cold_start_rate, p.idle_gb_minutes) for p in self.front(family)], p75)
+    def front_idle_for(self, family: str, value: float, against: str = "p75") -> float | None:
+        """The least idle memory at which ``family``'s front is at most ``value`` against ``against``,
+        linear between neighbouring knob values; None when none of its points gets that low."""
+        y = _MEASURES[against][1]
+        return _within([(y(p), p.idle_gb_minutes) for p in self.front(family, against)], value)
 
-    def matched(self, family: str) -> list[Matched]:
+    def measures(self) -> list[str]:
+        """The measures some point is above 0 on: under ``--unlimited`` nobody waits, and a front of
+        zeros read at every point says nothing."""
+        return [a for a, (_, y, _) in _MEASURES.items() if any(y(p) > 0 for p in self.points)]
+
+    def matched(self, family: str, against: str = "p75") -> list[Matched]:
         """``family``'s front at each point of the other families: the comparison at equal memory, and
-        at equal p75, that the serverless literature reports ('SPES': −50 % p75 and −56 % memory)."""
+        at an equal p75 or share waiting > 5 s, that the serverless literature reports ('SPES': −50 %
+        p75 and −56 % memory). The tight cluster's target reads the share at the baseline's memory."""
+        y = _MEASURES[against][1]
         return [
             Matched(
                 family=family,
                 label=p.label,
+                against=against,
                 idle_gb_minutes=p.idle_gb_minutes,
-                p75_model_cold_start_rate=p.p75_model_cold_start_rate,
-                family_p75=self.front_p75_within(family, p.idle_gb_minutes),
-                family_idle_gb_minutes=self.front_idle_for(family, p.p75_model_cold_start_rate),
+                value=y(p),
+                family_value=self.front_within(family, p.idle_gb_minutes, against),
+                family_idle_gb_minutes=self.front_idle_for(family, y(p), against),
             )
             for p in self.points
             if p.family != family
         ]
 
-    def matched_table(self, family: str) -> str:
-        """``matched(family)`` as lines: each other label's point, then ``family``'s p75 within its idle
-        memory and ``family``'s idle memory for its p75, with their ratios to that point's."""
-        lines = [f"{family} at each other point: p75 within its idle memory, idle memory for its p75"]
-        for m in self.matched(family):
+    def matched_table(self, family: str, against: str = "p75") -> str:
+        """``matched(family, against)`` as lines: each other label's point, then ``family``'s value
+        within its idle memory and ``family``'s idle memory for its value, with their ratios to that
+        point's."""
+        name, _, spec = _MEASURES[against]
+        lines = [f"{family} at each other point: {name} within its idle memory, idle memory for its {name}"]
+        for m in self.matched(family, against):
             lines.append(
-                f"  {m.label}: p75 {m.p75_model_cold_start_rate:.3f} at {m.idle_gb_minutes:.0f} GB-min"
-                f" | {family}: p75 {_reached(m.family_p75, m.p75_model_cold_start_rate, '.3f')},"
+                f"  {m.label}: {name} {m.value:{spec}} at {m.idle_gb_minutes:.0f} GB-min"
+                f" | {family}: {name} {_reached(m.family_value, m.value, spec)},"
                 f" idle {_reached(m.family_idle_gb_minutes, m.idle_gb_minutes, '.0f')}"
             )
         return "\n".join(lines)
@@ -327,6 +342,13 @@ def _p75(p: SweepPoint) -> float:
 
 def _wait5(p: SweepPoint) -> float:
     return p.share_wait_over_5s
+
+
+_MEASURES: Mapping[str, tuple[str, Callable[[SweepPoint], float], str]] = {
+    "p75": ("p75", _p75, ".3f"),
+    "wait": ("share > 5 s", _wait5, ".2%"),
+}
+"""What a front is read against (``SweepResult.front``): its name in the tables, its value, its format."""
 
 
 def _pyplot() -> Any:  # matplotlib is untyped

@@ -161,8 +161,8 @@ def test_an_all_poisson_case_reports_whether_the_unlimited_targets_can_both_be_m
 
 
 def test_prewarm_run_at_several_prices_is_read_at_each_baselines_memory_and_p75() -> None:
-    def at(idle: float, p75: float) -> SimMetrics:
-        return _with(idle_gb_minutes={"L0": idle}, p75_model_cold_start_rate=p75)
+    def at(idle: float, p75: float) -> SimMetrics:  # under --unlimited nobody waits
+        return _with(idle_gb_minutes={"L0": idle}, p75_model_cold_start_rate=p75, share_wait_over_5s=0.0)
 
     bench = PolicyBench()
     bench.runs["c"] = {
@@ -176,8 +176,28 @@ def test_prewarm_run_at_several_prices_is_read_at_each_baselines_memory_and_p75(
     }
     assert list(bench.swept()) == [("c", "unlimited")]
     matched = {m["label"]: m for m in bench.to_json()["matched"]}
+    assert {m["against"] for m in bench.to_json()["matched"]} == {"p75"}  # no wait front: nobody waited
     # At the histogram's 800 GB-min, 3/5 of the way from 0.3 at 500 to 0.1 at 1000.
-    assert matched["histogram"]["family_p75"] == pytest.approx(0.18)
+    assert matched["histogram"]["family_value"] == pytest.approx(0.18)
     assert matched["histogram"]["family_idle_gb_minutes"] == 500.0
-    assert matched["keepalive:600"]["family_p75"] is None  # no price holds as little as 400 GB-min
+    assert matched["keepalive:600"]["family_value"] is None  # no price holds as little as 400 GB-min
     assert "c, unlimited: prewarm at each other point" in bench.table()
+
+
+def test_on_a_cluster_prewarms_share_waiting_over_5_s_is_read_at_each_baselines_memory() -> None:
+    def at(idle_l0: float, idle_l1: float, wait5: float) -> SimMetrics:
+        return _with(idle_gb_minutes={"L0": idle_l0, "L1": idle_l1, "L2": 9e9}, share_wait_over_5s=wait5)
+
+    bench = PolicyBench()
+    bench.runs["c"] = {
+        "tight": {
+            "reactive": at(600.0, 400.0, 0.02),
+            "prewarm": at(700.0, 400.0, 0.01),
+            "prewarm:0.001": at(500.0, 300.0, 0.014),
+        }
+    }
+    wait = {m["label"]: m for m in bench.to_json()["matched"] if m["against"] == "wait"}
+    # At reactive's 1,000 GB-min of L0 + L1 (disk never counts): from 0.014 at 800 toward 0.01 at 1,100.
+    assert wait["reactive"]["family_value"] == pytest.approx(0.014 - 0.004 * 200 / 300)
+    assert wait["reactive"]["family_idle_gb_minutes"] == 800.0  # the leaner price already waits less
+    assert "c, tight: prewarm at each other point: share > 5 s within its idle memory" in bench.table()

@@ -117,20 +117,35 @@ def test_table_lists_every_label_with_its_front_marks() -> None:
 def test_matched_reads_a_familys_front_at_each_other_point() -> None:
     by = {m.label: m for m in sweep(_run, POLICIES).matched("keepalive")}
     assert set(by) == {"reactive", "histogram:120", "histogram:240"}
+    assert by["histogram:120"].against == "p75"
+    assert by["histogram:120"].value == 0.3
     # Linear between keepalive:60 (100 GB-min, p75 0.8) and keepalive:600 (600 GB-min, 0.4).
-    assert by["histogram:120"].family_p75 == pytest.approx(0.8 - 0.4 * 150 / 500)
-    assert by["histogram:240"].family_p75 == pytest.approx(0.8 - 0.4 * 350 / 500)
+    assert by["histogram:120"].family_value == pytest.approx(0.8 - 0.4 * 150 / 500)
+    assert by["histogram:240"].family_value == pytest.approx(0.8 - 0.4 * 350 / 500)
     # No keep-alive gets below p75 0.4, and none holds less than keepalive:60's 100 GB-min.
     assert by["histogram:120"].family_idle_gb_minutes is None
-    assert by["reactive"].family_p75 is None
+    assert by["reactive"].family_value is None
     # keepalive:60 is already below reactive's p75 of 1.0.
     assert by["reactive"].family_idle_gb_minutes == 100.0
 
 
+def test_matched_against_the_wait_reads_the_front_of_the_share_waiting_over_5_s() -> None:
+    by = {m.label: m for m in sweep(_run, POLICIES).matched("keepalive", "wait")}
+    # keepalive:3600 is on this front (less waiting for more memory), off the p75 one.
+    assert [p.label for p in sweep(_run, POLICIES).front("keepalive", "wait")][-1] == "keepalive:3600"
+    assert by["histogram:120"].value == 0.4
+    # Within histogram:120's 250 GB-min: between keepalive:60 (100, 0.5) and keepalive:600 (600, 0.3).
+    assert by["histogram:120"].family_value == pytest.approx(0.5 - 0.2 * 150 / 500)
+    # For its share of 0.4, halfway from 0.5 to 0.3: 350 GB-min.
+    assert by["histogram:120"].family_idle_gb_minutes == pytest.approx(350.0)
+    # Beyond keepalive:600, toward keepalive:3600's (3600 GB-min, 0.1).
+    assert sweep(_run, POLICIES).front_within("keepalive", 2100.0, "wait") == pytest.approx(0.2)
+
+
 def test_a_budget_beyond_the_front_gets_its_best_point_and_off_front_points_are_not_read() -> None:
     result = sweep(_run, POLICIES)
-    assert result.front_p75_within("keepalive", 1e9) == 0.4
-    assert result.front_p75_within("keepalive", 100.0) == 0.8
+    assert result.front_within("keepalive", 1e9) == 0.4
+    assert result.front_within("keepalive", 100.0) == 0.8
     # keepalive:3600 has the same p75 for more memory: off the p75 front, it would have answered 3600.
     assert result.front_idle_for("keepalive", 0.4) == 600.0
 
@@ -142,6 +157,15 @@ def test_matched_table_says_where_the_front_does_not_reach() -> None:
     assert list(rows) == ["reactive", "histogram:120", "histogram:240"]
     assert rows["reactive"].endswith("keepalive: p75 not reached, idle 100 (other 0)")
     assert rows["histogram:120"].endswith("keepalive: p75 0.680 (2.27 x), idle not reached")
+    wait = sweep(_run, POLICIES).matched_table("keepalive", "wait").splitlines()
+    assert wait[0].startswith("keepalive at each other point: share > 5 s within its idle memory")
+    assert wait[2].endswith("keepalive: share > 5 s 44.00% (1.10 x), idle 350 (1.40 x)")
+
+
+def test_only_measures_some_point_is_above_zero_on_are_read() -> None:
+    assert sweep(_run, POLICIES).measures() == ["p75", "wait"]
+    nobody_waits = {label: {**m, "share_wait_over_5s": 0.0} for label, m in TABLE.items()}
+    assert sweep(lambda labels: {k: nobody_waits[k] for k in labels}, POLICIES).measures() == ["p75"]
 
 
 def test_png_is_written_and_is_a_valid_png(tmp_path: Path) -> None:
