@@ -14,6 +14,9 @@ Settings:
 - a roomy cluster of the caller's nodes (``roomy_like``: as many nodes like a cluster's first one as
   hold the case's catalogue at once; ``prewarm bench policy --roomy-like FILE``) — judged as ``roomy``.
 
+Where prewarm ran at two prices or more (``prewarm:X``), the tight target is also read on its front at
+the best baseline's own idle memory (``AtEqualMemory``), beside the count and never in it.
+
 A ratio whose baseline is 0 is met only when prewarm is 0 too. One forecaster fit per case serves all
 three settings. Cases carry a role (``tune`` / ``judge``): the summary reports the two sets apart, since
 only the judge set says how the policy does on traffic it was not tuned on.
@@ -35,7 +38,7 @@ from sim._run import fit_forecasts, run_policies
 from sim._suite import Case
 from sim._sweep import SweepResult
 
-__all__ = ["SETTINGS", "Bound", "PolicyBench", "Target", "judge", "run_policy_bench"]
+__all__ = ["SETTINGS", "AtEqualMemory", "Bound", "PolicyBench", "Target", "judge", "run_policy_bench"]
 
 SETTINGS = ("unlimited", "tight", "roomy")
 BASELINES = ("reactive", "keepalive:600", "histogram")
@@ -99,6 +102,68 @@ def _l01(m: SimMetrics) -> float:
     return m.idle_gb_minutes.get("L0", 0.0) + m.idle_gb_minutes.get("L1", 0.0)
 
 
+def best_baseline(results: Mapping[str, SimMetrics]) -> str:
+    """The non-oracle baseline the tight target compares with: the least share waiting > 5 s, then the
+    least L0+L1 idle memory."""
+    return min(BASELINES, key=lambda b: (results[b].share_wait_over_5s, _l01(results[b])))
+
+
+@dataclass(frozen=True)
+class AtEqualMemory:
+    """The tight target read at equal memory: prewarm's front against the share waiting > 5 s (its price
+    swept, ``prewarm:X``) at the best baseline's own L0+L1 idle memory, and the idle memory that front
+    needs for the baseline's share (None: not reached). Reported beside the targets, never counted
+    in them: the targets are each policy's own point."""
+
+    case: str
+    role: str
+    setting: str
+    baseline: str
+    baseline_share: float
+    baseline_idle: float
+    share: float | None
+    idle_for_share: float | None
+
+    @property
+    def met(self) -> bool:
+        """Whether prewarm's share at the baseline's memory is ≤ 0.5 × the baseline's."""
+        return self.share is not None and _le(self.share, 0.5 * self.baseline_share)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "met": self.met}
+
+    def line(self) -> str:
+        at = f"{self.case:<14} {self.role:<6} {self.setting:<9} at {self.baseline}'s idle memory"
+        if self.share is None:
+            return f"{at}: prewarm holds more than that at every price (≤ 0.5 × NO)"
+        ratio = f"{self.share / self.baseline_share:.2f} ×" if self.baseline_share > 0 else "baseline 0"
+        idle = "not reached" if self.idle_for_share is None else f"{self.idle_for_share:,.0f} GB-min"
+        return (
+            f"{at}: prewarm's share > 5 s {self.share:.3%} = {ratio} its {self.baseline_share:.3%}"
+            f" (≤ 0.5 × {'yes' if self.met else 'NO'}); idle memory for its share {idle}"
+            f" against its {self.baseline_idle:,.0f}"
+        )
+
+
+def at_equal_memory(case: Case, setting: str, results: Mapping[str, SimMetrics]) -> AtEqualMemory | None:
+    """``AtEqualMemory`` where prewarm ran at two prices or more; None otherwise."""
+    swept = SweepResult.of({label: m.to_json() for label, m in results.items()})
+    if len(swept.family("prewarm")) < 2:
+        return None
+    best = best_baseline(results)
+    share, idle = results[best].share_wait_over_5s, _l01(results[best])
+    return AtEqualMemory(
+        case.name,
+        case.role,
+        setting,
+        best,
+        share,
+        idle,
+        swept.front_within("prewarm", idle, "wait"),
+        swept.front_idle_for("prewarm", share, "wait"),
+    )
+
+
 def judge(
     case: Case,
     setting: str,
@@ -126,7 +191,7 @@ def judge(
             ),
         ]
     if kind == "tight":
-        best = min(BASELINES, key=lambda b: (results[b].share_wait_over_5s, _l01(results[b])))
+        best = best_baseline(results)
         base, oracle = results[best], results["oracle"]
         return [
             target(f">5 s ≤ 0.5 × {best}", p.share_wait_over_5s, 0.5 * base.share_wait_over_5s),
@@ -144,6 +209,7 @@ class PolicyBench:
     runs: dict[str, dict[str, dict[str, SimMetrics]]] = field(default_factory=dict)
     targets: list[Target] = field(default_factory=list)
     bounds: list[Bound] = field(default_factory=list)
+    equal_memory: list[AtEqualMemory] = field(default_factory=list)
     fit_seconds: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> dict[str, dict[str, int]]:
@@ -188,6 +254,8 @@ class PolicyBench:
         }
         if matched:
             doc["matched"] = matched
+        if self.equal_memory:
+            doc["equal_memory"] = [e.to_json() for e in self.equal_memory]
         return doc
 
     def table(self) -> str:
@@ -225,8 +293,17 @@ class PolicyBench:
                 f"GB-min for p75 ≤ {b.p75:.3f}; the idle target allows {b.idle_allowed:,.0f}: "
                 + ("feasible" if b.feasible else "the two unlimited targets cannot both be met")
             )
+        for e in self.equal_memory:
+            lines.append(e.line())
         for role, row in sorted(self.summary().items()):
             lines.append(f"{role}: {row['met']} of {row['judged']} targets met")
+        for role in sorted({e.role for e in self.equal_memory}):
+            mine = [e for e in self.equal_memory if e.role == role]
+            below = sum(e.share is not None and e.share < e.baseline_share for e in mine)
+            lines.append(
+                f"{role}, at the best baseline's idle memory (not counted above): prewarm's share > 5 s "
+                f"≤ 0.5 × on {sum(e.met for e in mine)} of {len(mine)}, below it on {below}"
+            )
         return "\n".join(lines)
 
 
@@ -294,6 +371,9 @@ def run_policy_bench(
             bench.runs.setdefault(case.name, {})[setting] = results
             if comparable:
                 bench.targets.extend(judge(case, setting, results, kind=kind))
+                matched = at_equal_memory(case, setting, results) if kind == "tight" else None
+                if matched is not None:
+                    bench.equal_memory.append(matched)
                 bound = unlimited_bound(case, results) if setting == "unlimited" else None
                 if bound is not None:
                     bench.bounds.append(bound)

@@ -9,7 +9,7 @@ import pytest
 from prewarm import ResidentModel, gpu_shards, load_settings
 from scheduler import Cluster
 from sim import PolicyBench, SimMetrics, judge, run_policy_bench, suite
-from sim._bench import unlimited_bound
+from sim._bench import at_equal_memory, unlimited_bound
 from sim._policies import build
 from tests.conftest import CLUSTER_SHAPES
 
@@ -201,3 +201,59 @@ def test_on_a_cluster_prewarms_share_waiting_over_5_s_is_read_at_each_baselines_
     assert wait["reactive"]["family_value"] == pytest.approx(0.014 - 0.004 * 200 / 300)
     assert wait["reactive"]["family_idle_gb_minutes"] == 800.0  # the leaner price already waits less
     assert "c, tight: prewarm at each other point: share > 5 s within its idle memory" in bench.table()
+
+
+def test_the_tight_target_is_read_at_the_best_baselines_own_idle_memory_and_not_counted(case) -> None:  # type: ignore[no-untyped-def]
+    def at(idle_l0: float, wait5: float) -> SimMetrics:
+        return _with(idle_gb_minutes={"L0": idle_l0, "L1": 0.0}, share_wait_over_5s=wait5)
+
+    results = {
+        "reactive": at(1000.0, 0.02),
+        "keepalive:600": at(800.0, 0.03),
+        "histogram": at(900.0, 0.04),
+        "oracle": at(700.0, 0.001),
+        "prewarm": at(1100.0, 0.008),
+        "prewarm:0.001": at(600.0, 0.012),
+    }
+    reading = at_equal_memory(case, "tight", results)
+    assert reading is not None
+    assert reading.baseline == "reactive"  # the least share > 5 s, as the target picks it
+    # At reactive's 1,000 GB-min: 4/5 of the way from 0.012 at 600 to 0.008 at 1,100.
+    assert reading.share == pytest.approx(0.012 - 0.004 * 400 / 500)
+    assert reading.met  # 0.0088 ≤ 0.5 × 0.02
+    assert reading.idle_for_share == 600.0  # the leaner price already waits less than reactive
+    # prewarm's own point holds more memory than reactive: the counted target is missed.
+    assert not next(t for t in judge(case, "tight", results) if t.name.startswith("idle")).met
+
+    bench = PolicyBench(equal_memory=[reading])
+    assert bench.summary() == {}  # beside the targets, never in them
+    assert bench.to_json()["equal_memory"][0]["met"] is True
+    assert "at reactive's idle memory: prewarm's share > 5 s 0.880% = 0.44 × its 2.000%" in bench.table()
+    assert (
+        "at the best baseline's idle memory (not counted above): prewarm's share > 5 s ≤ 0.5 × on 1 of 1"
+        in (bench.table())
+    )
+
+
+def test_no_equal_memory_reading_without_prewarm_at_two_prices(case) -> None:  # type: ignore[no-untyped-def]
+    results = {label: _with() for label in ("reactive", "keepalive:600", "histogram", "oracle", "prewarm")}
+    assert at_equal_memory(case, "tight", results) is None
+
+
+def test_a_front_that_holds_more_than_the_baseline_at_every_price_is_not_met(case) -> None:  # type: ignore[no-untyped-def]
+    def at(idle_l0: float, wait5: float) -> SimMetrics:
+        return _with(idle_gb_minutes={"L0": idle_l0, "L1": 0.0}, share_wait_over_5s=wait5)
+
+    results = {
+        "reactive": at(500.0, 0.02),
+        "keepalive:600": at(800.0, 0.03),
+        "histogram": at(900.0, 0.04),
+        "oracle": at(700.0, 0.001),
+        "prewarm": at(1100.0, 0.001),
+        "prewarm:0.001": at(600.0, 0.002),
+    }
+    reading = at_equal_memory(case, "tight", results)
+    assert reading is not None
+    assert reading.share is None
+    assert not reading.met
+    assert "prewarm holds more than that at every price" in reading.line()
