@@ -168,6 +168,7 @@ class SweepResult:
 
     def front(self, family: str, against: str = "p75") -> list[SweepPoint]:
         """The family's front against ``p75`` or ``wait`` (share waiting > 5 s), by idle memory."""
+        _measure(against)
         on_front = [
             p for p in self.family(family) if (p.on_front_p75 if against == "p75" else p.on_front_wait)
         ]
@@ -176,13 +177,13 @@ class SweepResult:
     def front_within(self, family: str, idle: float, against: str = "p75") -> float | None:
         """The lowest value against ``against`` that ``family``'s front reaches with at most ``idle``
         GB-minutes, linear between neighbouring knob values; None when its leanest point needs more."""
-        y = _MEASURES[against][1]
+        y = _measure(against)[1]
         return _within([(p.idle_gb_minutes, y(p)) for p in self.front(family, against)], idle)
 
     def front_idle_for(self, family: str, value: float, against: str = "p75") -> float | None:
         """The least idle memory at which ``family``'s front is at most ``value`` against ``against``,
         linear between neighbouring knob values; None when none of its points gets that low."""
-        y = _MEASURES[against][1]
+        y = _measure(against)[1]
         return _within([(y(p), p.idle_gb_minutes) for p in self.front(family, against)], value)
 
     def measures(self) -> list[str]:
@@ -194,7 +195,7 @@ class SweepResult:
         """``family``'s front at each point of the other families: the comparison at equal memory, and
         at an equal p75 or share waiting > 5 s, that the serverless literature reports ('SPES': −50 %
         p75 and −56 % memory). The tight cluster's target reads the share at the baseline's memory."""
-        y = _MEASURES[against][1]
+        y = _measure(against)[1]
         return [
             Matched(
                 family=family,
@@ -213,7 +214,7 @@ class SweepResult:
         """``matched(family, against)`` as lines: each other label's point, then ``family``'s value
         within its idle memory and ``family``'s idle memory for its value, with their ratios to that
         point's."""
-        name, _, spec = _MEASURES[against]
+        name, _, spec = _measure(against)
         lines = [f"{family} at each other point: {name} within its idle memory, idle memory for its {name}"]
         for m in self.matched(family, against):
             lines.append(
@@ -349,6 +350,12 @@ _MEASURES: Mapping[str, tuple[str, Callable[[SweepPoint], float], str]] = {
     "wait": ("share > 5 s", _wait5, ".2%"),
 }
 """What a front is read against (``SweepResult.front``): its name in the tables, its value, its format."""
+
+
+def _measure(against: str) -> tuple[str, Callable[[SweepPoint], float], str]:
+    if against not in _MEASURES:
+        raise ValueError(f"a front is read against {' or '.join(_MEASURES)}, not {against!r}")
+    return _MEASURES[against]
 
 
 def _pyplot() -> Any:  # matplotlib is untyped

@@ -162,6 +162,11 @@ def test_matched_table_says_where_the_front_does_not_reach() -> None:
     assert wait[2].endswith("keepalive: share > 5 s 44.00% (1.10 x), idle 350 (1.40 x)")
 
 
+def test_a_front_against_an_unknown_measure_is_refused() -> None:
+    with pytest.raises(ValueError, match="p75 or wait, not 'idle'"):
+        sweep(_run, POLICIES).matched("keepalive", "idle")
+
+
 def test_only_measures_some_point_is_above_zero_on_are_read() -> None:
     assert sweep(_run, POLICIES).measures() == ["p75", "wait"]
     nobody_waits = {label: {**m, "share_wait_over_5s": 0.0} for label, m in TABLE.items()}
