@@ -129,6 +129,11 @@ class AtEqualMemory:
         """Whether prewarm's share at the baseline's memory is ≤ 0.5 × the baseline's."""
         return self.share is not None and _le(self.share, 0.5 * self.baseline_share)
 
+    @property
+    def below(self) -> bool:
+        """Whether prewarm's share at the baseline's memory is below the baseline's at all."""
+        return self.share is not None and self.share < self.baseline_share
+
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "met": self.met}
 
@@ -145,10 +150,18 @@ class AtEqualMemory:
         )
 
 
-def at_equal_memory(case: Case, setting: str, results: Mapping[str, SimMetrics]) -> AtEqualMemory | None:
-    """``AtEqualMemory`` where prewarm ran at two prices or more; None otherwise."""
+def prewarm_swept(results: Mapping[str, SimMetrics]) -> SweepResult | None:
+    """The runs on their fronts where prewarm ran at two knob values or more beside other policies
+    (``--policy prewarm:0.0005 --policy prewarm:0.002 ...``); None otherwise, so a default bench run
+    reads no front."""
     swept = SweepResult.of({label: m.to_json() for label, m in results.items()})
-    if len(swept.family("prewarm")) < 2:
+    return swept if 2 <= len(swept.family("prewarm")) < len(swept.points) else None
+
+
+def at_equal_memory(case: Case, setting: str, results: Mapping[str, SimMetrics]) -> AtEqualMemory | None:
+    """``AtEqualMemory`` where prewarm ran at two prices or more (``prewarm_swept``); None otherwise."""
+    swept = prewarm_swept(results)
+    if swept is None:
         return None
     best = best_baseline(results)
     share, idle = results[best].share_wait_over_5s, _l01(results[best])
@@ -222,16 +235,15 @@ class PolicyBench:
         return out
 
     def swept(self) -> dict[tuple[str, str], SweepResult]:
-        """Per case and setting where prewarm ran at two knob values or more beside other policies
-        (``--policy prewarm:0.0005 --policy prewarm:0.002 ...``), the runs on their fronts: from them,
-        where prewarm's fronts are at each other policy's point (``SweepResult.matched``): against the
-        p75, and where anyone waited, against the share waiting > 5 s, which the tight cluster's
-        target reads at the best baseline's idle memory."""
+        """``prewarm_swept`` per case and setting where it reads a front: from them, where prewarm's
+        fronts are at each other policy's point (``SweepResult.matched``): against the p75, and where
+        anyone waited, against the share waiting > 5 s, which the tight cluster's target reads at the
+        best baseline's idle memory."""
         out: dict[tuple[str, str], SweepResult] = {}
         for case, settings in self.runs.items():
             for setting, results in settings.items():
-                result = SweepResult.of({label: m.to_json() for label, m in results.items()})
-                if 2 <= len(result.family("prewarm")) < len(result.points):
+                result = prewarm_swept(results)
+                if result is not None:
                     out[case, setting] = result
         return out
 
@@ -299,10 +311,10 @@ class PolicyBench:
             lines.append(f"{role}: {row['met']} of {row['judged']} targets met")
         for role in sorted({e.role for e in self.equal_memory}):
             mine = [e for e in self.equal_memory if e.role == role]
-            below = sum(e.share is not None and e.share < e.baseline_share for e in mine)
+            met, below = sum(e.met for e in mine), sum(e.below for e in mine)
             lines.append(
                 f"{role}, at the best baseline's idle memory (not counted above): prewarm's share > 5 s "
-                f"≤ 0.5 × on {sum(e.met for e in mine)} of {len(mine)}, below it on {below}"
+                f"≤ 0.5 × on {met} of {len(mine)}, below it on {below}"
             )
         return "\n".join(lines)
 

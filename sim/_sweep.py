@@ -22,8 +22,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "DEFAULT_KNOBS",
@@ -168,34 +169,31 @@ class SweepResult:
 
     def front(self, family: str, against: str = "p75") -> list[SweepPoint]:
         """The family's front against ``p75`` or ``wait`` (share waiting > 5 s), by idle memory."""
-        _measure(against)
-        on_front = [
-            p for p in self.family(family) if (p.on_front_p75 if against == "p75" else p.on_front_wait)
-        ]
-        return sorted(on_front, key=_idle)
+        on_front = _measure(against).on_front
+        return sorted((p for p in self.family(family) if on_front(p)), key=_idle)
 
     def front_within(self, family: str, idle: float, against: str = "p75") -> float | None:
         """The lowest value against ``against`` that ``family``'s front reaches with at most ``idle``
         GB-minutes, linear between neighbouring knob values; None when its leanest point needs more."""
-        y = _measure(against)[1]
+        y = _measure(against).value
         return _within([(p.idle_gb_minutes, y(p)) for p in self.front(family, against)], idle)
 
     def front_idle_for(self, family: str, value: float, against: str = "p75") -> float | None:
         """The least idle memory at which ``family``'s front is at most ``value`` against ``against``,
         linear between neighbouring knob values; None when none of its points gets that low."""
-        y = _measure(against)[1]
+        y = _measure(against).value
         return _within([(y(p), p.idle_gb_minutes) for p in self.front(family, against)], value)
 
     def measures(self) -> list[str]:
         """The measures some point is above 0 on: under ``--unlimited`` nobody waits, and a front of
         zeros read at every point says nothing."""
-        return [a for a, (_, y, _) in _MEASURES.items() if any(y(p) > 0 for p in self.points)]
+        return [a for a, m in _MEASURES.items() if any(m.value(p) > 0 for p in self.points)]
 
     def matched(self, family: str, against: str = "p75") -> list[Matched]:
         """``family``'s front at each point of the other families: the comparison at equal memory, and
         at an equal p75 or share waiting > 5 s, that the serverless literature reports ('SPES': −50 %
         p75 and −56 % memory). The tight cluster's target reads the share at the baseline's memory."""
-        y = _measure(against)[1]
+        y = _measure(against).value
         return [
             Matched(
                 family=family,
@@ -214,7 +212,8 @@ class SweepResult:
         """``matched(family, against)`` as lines: each other label's point, then ``family``'s value
         within its idle memory and ``family``'s idle memory for its value, with their ratios to that
         point's."""
-        name, _, spec = _measure(against)
+        measure = _measure(against)
+        name, spec = measure.name, measure.spec
         lines = [f"{family} at each other point: {name} within its idle memory, idle memory for its {name}"]
         for m in self.matched(family, against):
             lines.append(
@@ -247,13 +246,14 @@ class SweepResult:
         Every point is drawn; each family's front is joined by a line, its knob values written by it."""
         plt = _pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-        panels: tuple[tuple[str, str, Callable[[SweepPoint], float], str], ...] = (
-            ("p75", "p75 per-model cold-start rate", _p75, "no cold start"),
+        panels = (
+            ("p75", "p75 per-model cold-start rate", "no cold start"),
             # Under --unlimited loads are instant: nobody waits, and the panel says so.
-            ("wait", "share of requests waiting > 5 s", _wait5, "no request waited > 5 s"),
+            ("wait", "share of requests waiting > 5 s", "no request waited > 5 s"),
         )
         idle = [p.idle_gb_minutes for p in self.points]
-        for ax, (against, ylabel, y, none) in zip(axes, panels, strict=True):
+        for ax, (against, ylabel, none) in zip(axes, panels, strict=True):
+            y = _measure(against).value
             for family in self.families():
                 pts = self.family(family)
                 line = ax.scatter([p.idle_gb_minutes for p in pts], [y(p) for p in pts], s=18, alpha=0.5)
@@ -345,14 +345,22 @@ def _wait5(p: SweepPoint) -> float:
     return p.share_wait_over_5s
 
 
-_MEASURES: Mapping[str, tuple[str, Callable[[SweepPoint], float], str]] = {
-    "p75": ("p75", _p75, ".3f"),
-    "wait": ("share > 5 s", _wait5, ".2%"),
+class _Measure(NamedTuple):
+    """What a front is read against (``SweepResult.front``)."""
+
+    name: str  # in the tables
+    value: Callable[[SweepPoint], float]
+    spec: str  # its format
+    on_front: Callable[[SweepPoint], bool]
+
+
+_MEASURES: Mapping[str, _Measure] = {
+    "p75": _Measure("p75", _p75, ".3f", attrgetter("on_front_p75")),
+    "wait": _Measure("share > 5 s", _wait5, ".2%", attrgetter("on_front_wait")),
 }
-"""What a front is read against (``SweepResult.front``): its name in the tables, its value, its format."""
 
 
-def _measure(against: str) -> tuple[str, Callable[[SweepPoint], float], str]:
+def _measure(against: str) -> _Measure:
     if against not in _MEASURES:
         raise ValueError(f"a front is read against {' or '.join(_MEASURES)}, not {against!r}")
     return _MEASURES[against]
